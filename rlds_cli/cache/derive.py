@@ -537,7 +537,9 @@ def filter_key_episodes(dataset: Dataset, key: str) -> np.ndarray:
     ids = np.flatnonzero(column).astype(np.int64)
     if len(ids) == 0:
         raise InvalidSelectionError(
-            f"filter key {key!r} holds none of the episodes of dataset {dataset.name!r}"
+            f"filter key {key!r} holds none of the episodes of dataset {dataset.name!r}",
+            hint=f"its demos were left out of the conversion (empty, or outside --episodes): 'rlds inspect "
+            f"{dataset.name}' lists the filter keys and the conversion's notes",
         )
     return ids
 

@@ -86,6 +86,7 @@ def export_dataset(
     exporter = resolve(EXPORTERS, format, what="export format", error=UnknownFormatError)
     _refuse_target(dataset, out)
     _refuse_dict_action(dataset, format)
+    _refuse_renumbered_instructions(dataset, format)
     kwargs = dict(options or {})
     accepted = inspect.signature(exporter).parameters
     for option in kwargs:
@@ -155,6 +156,24 @@ def _refuse_target(dataset: Dataset, out: str | os.PathLike[str]) -> None:
 #: The formats that keep an action of several keys (``action/<k>``, a dict action space); the
 #: others have one action array.
 DICT_ACTION_FORMATS = ("minari", "rlds")
+
+
+#: The formats that write language instructions as text (the others write an index column's numbers).
+TEXT_INSTRUCTION_FORMATS = ("rlds", "lerobot", "robomimic")
+
+
+def _refuse_renumbered_instructions(dataset: Dataset, format: str) -> None:
+    """Refuse, for a format that keeps an instruction index column as numbers, a merge whose parts
+    number their instructions each in their own table: one number would stand for different texts
+    in one file."""
+    instructions = dataset.instructions
+    if format in TEXT_INSTRUCTION_FORMATS or instructions is None or not instructions.maps:
+        return
+    raise ExportError(
+        f"{dataset.name}: its parts number their language instructions ({instructions.step_key}) each in "
+        f"their own table, and {format} keeps only the numbers: one number would stand for different texts",
+        hint=f"export to {', '.join(TEXT_INSTRUCTION_FORMATS)}, which write the texts",
+    )
 
 
 def _refuse_dict_action(dataset: Dataset, format: str) -> None:

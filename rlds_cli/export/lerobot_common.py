@@ -114,6 +114,9 @@ class Camera:
         self.layout = layout
         height, width = (shape[1], shape[2]) if layout == "CHW" else (shape[0], shape[1])
         path.parent.mkdir(parents=True, exist_ok=True)
+        # SVT-AV1 writes its banner and settings (~20 lines) to stderr at its default level, 3; 1 keeps
+        # its errors (read when it first logs; a level the user set is kept)
+        os.environ.setdefault("SVT_LOG", "1")
         with scheduling_kept():
             self.container = av.open(str(path), "w")
             self.stream = self.container.add_stream("libsvtav1", rate=fps)

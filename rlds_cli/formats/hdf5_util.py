@@ -91,6 +91,12 @@ def open_hdf5(path: Path, *, check_datasets: bool = True) -> Any:
     except PermissionError as exc:
         raise SourceNotReadableError(f"cannot read source file {path}: permission denied") from exc
     except OSError as exc:
+        if "unable to lock file" in str(exc):  # HDF5's own lock: a writer has the file open
+            raise SourceNotReadableError(
+                f"{path} is open for writing in another process (HDF5's file lock): {_first_line(exc)}",
+                hint="let the writer finish and close it; to read it while it is open (at your own risk), "
+                "set HDF5_USE_FILE_LOCKING=FALSE",
+            ) from None
         raise SourceFormatError(
             f"cannot open {path} as HDF5 (truncated or corrupt?): {_first_line(exc)}",
             hint="re-download the file ('rlds download ID --force') or check that it is HDF5",

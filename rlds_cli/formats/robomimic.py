@@ -635,5 +635,6 @@ def _difference(mine: dict[str, Spec], first: dict[str, Spec]) -> str:
     key = next(k for k in mine if mine[k] != first[k])
     return (
         f"{key!r} has shape {mine[key][0]} dtype {np.dtype(mine[key][1])} per step, but "
-        f"{first[key][0]} {np.dtype(first[key][1])} (mixed shapes across demos)"
+        f"{first[key][0]} {np.dtype(first[key][1])} in the first demo "
+        f"(mixed {'shapes' if mine[key][0] != first[key][0] else 'dtypes'} across demos)"
     )

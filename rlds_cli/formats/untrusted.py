@@ -132,8 +132,13 @@ def check_chunks(where: object, key: str, chunks: Sequence[int], dtype: np.dtype
     cuts its rows (a 48-byte array declared in chunks of 480 MB).
 
     Raises:
+        SourceFormatError: A chunk of no row or column (a size of 0 or less on some axis).
         UnsafeSourceError: A chunk over :data:`RATIO_FLOOR_BYTES` and over twice the array.
     """
+    if any(int(n) <= 0 for n in chunks):  # no chunk grid covers the array (zarr divides by them)
+        raise SourceFormatError(
+            f"{where}: {key!r} declares chunks of shape {list(chunks)}: each size must be 1 or more"
+        )
     chunk = declared_bytes(chunks, dtype)
     if chunk > RATIO_FLOOR_BYTES and chunk > 2 * declared:
         raise UnsafeSourceError(

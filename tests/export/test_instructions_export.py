@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cli.app import app
-from rlds_cli.errors import CorruptDatasetError
+from rlds_cli.errors import CorruptDatasetError, ExportError
 from rlds_cli.export import export_dataset
 from rlds_cli.sources.convert import convert
 from tests.rlds_tfrecord_fixtures import write_rlds_dataset
@@ -286,6 +286,12 @@ def test_a_merge_of_other_instruction_tables_keeps_each_steps_text(oxe: Dataset,
 
     found = both.instructions
     assert found is not None and found.maps
+    for to in ("torchrl", "d4rl", "minari", "amago"):  # numbers only: one would stand for two texts
+        with pytest.raises(
+            ExportError, match=r"number their language instructions .* each in their own table"
+        ):
+            export_dataset(both, tmp_path / f"numbers-{to}", to)
+        assert not (tmp_path / f"numbers-{to}").exists()
     every = np.array(want, dtype=object)
     for batch in rlds_cli.Loader("both", batch_size=16, num_batches=3, seed=0):
         assert found.of_batch(batch).tolist() == every[np.asarray(batch["index"])].tolist()

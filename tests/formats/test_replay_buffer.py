@@ -540,3 +540,13 @@ def test_an_array_decoded_through_filters_is_refused_before_decoding(tmp_path: P
     meta.update(compressor=None, filters=[{"id": "zlib", "level": 1}])
     zarray.write_text(json.dumps(meta))
     refused(download(store, "bad"), "data/state decodes through zarr filters (zlib)", published=())
+
+
+def test_a_chunk_shape_of_zero_is_named(tmp_path: Path) -> None:
+    """``chunks: [0, 5]`` was 'a chunk does not decode (ZeroDivisionError: division by zero)'."""
+    store = copy_fixture("pusht.zarr", tmp_path)
+    zarray = store / "data" / "state" / ".zarray"
+    meta = json.loads(zarray.read_text())
+    meta["chunks"] = [0, *meta["chunks"][1:]]
+    zarray.write_text(json.dumps(meta))
+    refused(download(store, "bad"), "'data/state' declares chunks of shape [0,", published=())

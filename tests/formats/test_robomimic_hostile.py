@@ -41,6 +41,10 @@ def _edited(tmp_path: Path, edit: str) -> Path:
                 maxshape=(None, None),
                 compression="gzip",
             )
+        elif edit == "dtype_differs":  # "mixed shapes" was said of a dtype
+            rewards = f["data/demo_1/rewards"][()]
+            del f["data/demo_1/rewards"]
+            f["data/demo_1/rewards"] = rewards.astype(np.float16)
         elif edit == "sparse_together":  # 4 never-written arrays of 48 MiB: each under the floor
             for k in range(4):
                 f["data/demo_0/obs"].create_dataset(f"sparse{k}", shape=(6_291_456, 1), dtype="f8")
@@ -54,6 +58,10 @@ def _edited(tmp_path: Path, edit: str) -> Path:
         ("text_num_samples", "data/demo_1: num_samples is 'four', not a count of steps"),
         ("array_num_samples", "data/demo_1: num_samples is '[4 4]', not a count of steps"),
         ("sparse_together", "its arrays together declare 201,3"),
+        (
+            "dtype_differs",
+            "dtype float16 per step, but .. float64 in the first demo .mixed dtypes across demos",
+        ),
         ("chunk_bomb", "'data/demo_0/obs/big' declares chunks of 480,000,000 bytes for 48 bytes of data"),
     ],
 )
@@ -165,3 +173,24 @@ def test_episodes_past_the_end_are_named_as_such(tmp_path: Path) -> None:
     """``--episodes 10:20`` of a 4-demo file said it 'holds no complete transition'."""
     result = CliRunner().invoke(app, ["download", str(IMAGE), "--name", "x", "--episodes", "10:20"])
     refused(result, "episodes 10:20 selects none of the 4 episodes of", hint=True, published=())
+
+
+@pytest.mark.usefixtures("consoles")
+@pytest.mark.console_widths(400, 400)
+def test_a_file_a_writer_holds_is_named_as_such(tmp_path: Path) -> None:
+    """HDF5's file lock was reported as a truncated or corrupt file, with a hint to download again."""
+    import subprocess
+    import sys
+
+    path = Path(shutil.copy(IMAGE, tmp_path / "open.hdf5"))
+    code = "import h5py, sys; f = h5py.File(sys.argv[1], 'a'); print('open', flush=True); sys.stdin.read()"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        result = CliRunner().invoke(app, ["download", str(path), "--name", "x"])
+        refused(result, "is open for writing in another process (HDF5's file lock)", hint=True, published=())
+        assert "HDF5_USE_FILE_LOCKING=FALSE" in result.stderr
+    finally:
+        holder.communicate("", timeout=30)
