@@ -37,6 +37,7 @@ per-demo attributes ``num_samples`` (= ``T``) and ``model_file``, ``data`` attri
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -271,7 +272,7 @@ def membership(masks: dict[str, list[str]], demos: Sequence[str]) -> np.ndarray:
     return member
 
 
-_DEMO_RE = re.compile(r"^demo_(\d+)$")
+_DEMO_RE = re.compile(r"demo_(\d+)")  # whole names only (fullmatch: '$' matched before a newline)
 #: Bytes a block gathers: demos of at least this much go to the cache without the copy that joins
 #: smaller ones (image demos are megabytes each).
 _BLOCK_BYTES = 1 << 20
@@ -380,11 +381,11 @@ class RobomimicReader(Reader):
             raise SourceFormatError(f"{path} has no 'data' group; is it a robomimic-layout file?")
         numbered = []
         for name in data:
-            m = _DEMO_RE.match(name)
+            m = _DEMO_RE.fullmatch(name)
             if m is None or not isinstance(data[name], h5py.Group):
                 raise SourceFormatError(
-                    f"{path}: 'data/{name}' is not a demo_<N> group (robomimic sorts demos by the number "
-                    "after 'demo_' and reads nothing else under data/)",
+                    f"{path}: {'data/' + name!r} is not a demo_<N> group (robomimic sorts demos by the "
+                    "number after 'demo_' and reads nothing else under data/)",
                     hint="move or delete that entry of the file",
                 )
             number = int(m.group(1))
@@ -398,6 +399,13 @@ class RobomimicReader(Reader):
         if not numbered:
             raise SourceFormatError(f"{path}: 'data' holds no demo_<N> group")
         numbered.sort()
+        for (a, first), (b, second) in itertools.pairwise(numbered):
+            if a == b:  # demo_1 and demo_001: robomimic's order of the two is not defined
+                raise SourceFormatError(
+                    f"{path}: 'data/{first}' and 'data/{second}' have the same demo number ({a}), which "
+                    "orders demos and is kept as the episode's source id",
+                    hint="rename one of them",
+                )
         self._data = data
         self._notes: list[str] = []
         self._schema: dict[str, Spec] = {}

@@ -41,6 +41,10 @@ def _edited(tmp_path: Path, edit: str) -> Path:
                 maxshape=(None, None),
                 compression="gzip",
             )
+        elif edit == "newline_name":  # '$' matched before the newline: accepted as demo 1
+            f.move("data/demo_1", "data/demo_1\n")
+        elif edit == "same_number":  # demo_1 and demo_001: robomimic's order of the two is undefined
+            f.copy("data/demo_1", "data/demo_001")
         elif edit == "dtype_differs":  # "mixed shapes" was said of a dtype
             rewards = f["data/demo_1/rewards"][()]
             del f["data/demo_1/rewards"]
@@ -58,6 +62,8 @@ def _edited(tmp_path: Path, edit: str) -> Path:
         ("text_num_samples", "data/demo_1: num_samples is 'four', not a count of steps"),
         ("array_num_samples", "data/demo_1: num_samples is '[4 4]', not a count of steps"),
         ("sparse_together", "its arrays together declare 201,3"),
+        ("newline_name", r"'data/demo_1\\n' is not a demo_<N> group"),
+        ("same_number", "'data/demo_001' and 'data/demo_1' have the same demo number .1."),
         (
             "dtype_differs",
             "dtype float16 per step, but .. float64 in the first demo .mixed dtypes across demos",
