@@ -318,14 +318,19 @@ class _Demo:
 
 
 def _demo_specs(group: Any) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """Every dataset below a demo group, by path: its full shape and its dtype."""
+    """Every dataset below a demo group, by path: its full shape and its dtype in native byte order
+    (demos that differ in byte order alone hold the same values: rows are read native)."""
     import h5py
 
     specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
 
     def visit(key: str, node: Any) -> None:
         if isinstance(node, h5py.Dataset):
-            specs[key] = (tuple(node.shape or ()), node.dtype)
+            dtype = node.dtype
+            specs[key] = (
+                tuple(node.shape or ()),
+                dtype.newbyteorder("=") if dtype.byteorder == ">" else dtype,
+            )
 
     group.visititems(visit)
     return specs
@@ -477,7 +482,8 @@ class RobomimicReader(Reader):
                     f"{label}: {key!r} has {shape[0]} rows, 'actions' has {length} "
                     "(rows must be time-aligned)"
                 )
-            mine[key] = (shape[1:], np.dtype(dtype).str)
+            native = np.dtype(dtype) if np.dtype(dtype).isnative else np.dtype(dtype).newbyteorder("=")
+            mine[key] = (shape[1:], native.str)  # rows are read native (_read): byte order alone differs
             missing, expected = unwritten_chunks(node)
             if missing:
                 self._notes.append(
@@ -571,9 +577,10 @@ class RobomimicReader(Reader):
     def _read(self, nodes: dict[str, Any], demo: _Demo, key: str, a: int, b: int) -> np.ndarray:
         node = nodes[key]
         try:
-            return read_rows(self._chunk_rows, node, a, b, inflated=inflatable(node))
+            rows = read_rows(self._chunk_rows, node, a, b, inflated=inflatable(node))
         except (OSError, RuntimeError) as exc:
             raise read_error(self.path, f"data/{demo.name}/{key}", exc) from exc
+        return rows if rows.dtype.isnative else rows.astype(rows.dtype.newbyteorder("="))
 
     def _piece(self, demo: _Demo, nodes: dict[str, Any], a: int, b: int) -> Piece:
         """Steps ``[a, b)`` of ``demo`` (with its final observation when ``b`` is its end)."""
