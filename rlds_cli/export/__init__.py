@@ -295,8 +295,10 @@ def _replace(out: Path, new: Path, *, overwrite: bool) -> None:
     if exchange(new, out):  # ``new`` now holds the old version
         _remove(new)
         return
-    old = temp_path(out, suffix=PARTIAL_SUFFIX)
-    os.replace(out, old)  # (a kill here leaves both versions beside ``out``, under temporary names)
+    # a temporary name of this process other than ``new``'s (thread 0), which a later export's
+    # clean-up of killed ones finds (a kill here leaves both versions beside ``out``)
+    old = out.with_name(f".{out.name}.{os.getpid()}.0{PARTIAL_SUFFIX}")
+    os.replace(out, old)
     os.replace(new, out)
     _remove(old)
 

@@ -637,3 +637,20 @@ def test_a_link_or_an_empty_path_as_out_is_refused_before_any_work(golden: Datas
     assert (tmp_path / "dangling").is_symlink() and list(target.iterdir()) == []
     empty = runner.invoke(app, ["export", golden.name, "", "--to", "d4rl"])
     assert empty.exit_code == 1 and "the export's path is empty" in empty.stderr, empty.output
+
+
+def test_a_folder_is_replaced_where_it_cannot_be_swapped_in_one_step(
+    golden: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where renameat2's exchange is missing (another system, some filesystems), the old folder is
+    moved aside, the new one renamed in, the old one removed: nothing is left beside OUT."""
+    import rlds_cli.export as export_module
+
+    monkeypatch.setattr(export_module, "exchange", lambda a, b: False)
+    out = tmp_path / "out"
+    export_dataset(golden, out, "torchrl")
+    (out / "old-marker").write_text("old")
+    export_dataset(golden, out, "torchrl", overwrite=True)
+    assert not (out / "old-marker").exists() and not list(tmp_path.glob(".out*"))
+    convert(out, "back")
+    _same(golden, open_dataset("back"))
