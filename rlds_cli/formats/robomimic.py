@@ -317,20 +317,23 @@ class _Demo:
     length: int
 
 
+def _native(dtype: Any) -> np.dtype:
+    """``dtype`` in this machine's byte order (demos that differ in byte order alone hold the same
+    values)."""
+    dtype = np.dtype(dtype)
+    return dtype if dtype.isnative else dtype.newbyteorder("=")
+
+
 def _demo_specs(group: Any) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """Every dataset below a demo group, by path: its full shape and its dtype in native byte order
-    (demos that differ in byte order alone hold the same values: rows are read native)."""
+    """Every dataset below a demo group, by path: its full shape and its dtype (native byte order:
+    :func:`_native`)."""
     import h5py
 
     specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
 
     def visit(key: str, node: Any) -> None:
         if isinstance(node, h5py.Dataset):
-            dtype = node.dtype
-            specs[key] = (
-                tuple(node.shape or ()),
-                dtype.newbyteorder("=") if dtype.byteorder == ">" else dtype,
-            )
+            specs[key] = (tuple(node.shape or ()), _native(node.dtype))
 
     group.visititems(visit)
     return specs
@@ -482,8 +485,10 @@ class RobomimicReader(Reader):
                     f"{label}: {key!r} has {shape[0]} rows, 'actions' has {length} "
                     "(rows must be time-aligned)"
                 )
-            native = np.dtype(dtype) if np.dtype(dtype).isnative else np.dtype(dtype).newbyteorder("=")
-            mine[key] = (shape[1:], native.str)  # rows are read native (_read): byte order alone differs
+            mine[key] = (
+                shape[1:],
+                _native(dtype).str,
+            )  # rows are read native (_read): byte order alone differs
             missing, expected = unwritten_chunks(node)
             if missing:
                 self._notes.append(
@@ -580,7 +585,7 @@ class RobomimicReader(Reader):
             rows = read_rows(self._chunk_rows, node, a, b, inflated=inflatable(node))
         except (OSError, RuntimeError) as exc:
             raise read_error(self.path, f"data/{demo.name}/{key}", exc) from exc
-        return rows if rows.dtype.isnative else rows.astype(rows.dtype.newbyteorder("="))
+        return rows if rows.dtype.isnative else rows.astype(_native(rows.dtype))
 
     def _piece(self, demo: _Demo, nodes: dict[str, Any], a: int, b: int) -> Piece:
         """Steps ``[a, b)`` of ``demo`` (with its final observation when ``b`` is its end)."""
