@@ -35,11 +35,12 @@ if TYPE_CHECKING:
 DISK_MARGIN = 64 * 1024 * 1024
 
 
-def temp_path(path: Path, *, unique: bool = True, suffix: str = ".tmp") -> Path:
+def temp_path(path: Path, *, unique: bool = True, suffix: str = ".tmp", thread: int | None = None) -> Path:
     """Where ``path`` is written before its rename: ``.<name>.<pid>.<thread>.tmp`` beside it, or
     ``.<name>.tmp`` when not ``unique`` (for a writer that holds a lock, and a name that crash
-    recovery looks for: see :meth:`rlds_cli.cache.root.CacheRoot.recover`)."""
-    writer = f".{os.getpid()}.{threading.get_ident()}" if unique else ""
+    recovery looks for: see :meth:`rlds_cli.cache.root.CacheRoot.recover`). ``thread`` in place of
+    the calling thread's id gives the same writer a second name."""
+    writer = f".{os.getpid()}.{threading.get_ident() if thread is None else thread}" if unique else ""
     return path.with_name(f".{path.name}{writer}{suffix}")
 
 

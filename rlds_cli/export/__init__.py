@@ -297,7 +297,7 @@ def _replace(out: Path, new: Path, *, overwrite: bool) -> None:
         return
     # a temporary name of this process other than ``new``'s (thread 0), which a later export's
     # clean-up of killed ones finds (a kill here leaves both versions beside ``out``)
-    old = out.with_name(f".{out.name}.{os.getpid()}.0{PARTIAL_SUFFIX}")
+    old = temp_path(out, suffix=PARTIAL_SUFFIX, thread=0)
     os.replace(out, old)
     os.replace(new, out)
     _remove(old)

@@ -46,6 +46,10 @@ SMALL_ARRAY_ELEMENTS = 16
 MAX_DEPTH = 64
 
 
+#: The hint for a source file found damaged.
+_REDOWNLOAD = "re-download the file ('rlds download ID --force')"
+
+
 def is_hdf5_name(path: Path) -> bool:
     """Whether ``path`` is named like an HDF5 file (and is no folder)."""
     return path.name.lower().endswith(HDF5_SUFFIXES) and not path.is_dir()
@@ -99,7 +103,7 @@ def open_hdf5(path: Path, *, check_datasets: bool = True) -> Any:
             ) from None
         raise SourceFormatError(
             f"cannot open {path} as HDF5 (truncated or corrupt?): {_first_line(exc)}",
-            hint="re-download the file ('rlds download ID --force') or check that it is HDF5",
+            hint=f"{_REDOWNLOAD} or check that it is HDF5",
         ) from exc
     try:
         check_tree(f, path, check_datasets=check_datasets)
@@ -160,7 +164,7 @@ def check_tree(f: Any, path: Path, *, check_datasets: bool = True) -> None:
     except RuntimeError as exc:  # h5py's error for damaged metadata (a checksum, a link table)
         raise SourceFormatError(
             f"{path} is damaged: HDF5 cannot walk its groups ({_first_line(exc)})",
-            hint="re-download the file ('rlds download ID --force')",
+            hint=_REDOWNLOAD,
         ) from None
     if not_text:
         raise SourceFormatError(
@@ -183,7 +187,7 @@ def check_tree(f: Any, path: Path, *, check_datasets: bool = True) -> None:
                     continue
                 raise SourceFormatError(
                     f"{path} is damaged: HDF5 cannot open {_text(name)!r} ({_first_line(exc)})",
-                    hint="re-download the file ('rlds download ID --force')",
+                    hint=_REDOWNLOAD,
                 ) from None
             total += check_dataset(path, _text(name), dsid)
         # many sparse datasets, each under the floor, are a bomb together
@@ -293,7 +297,7 @@ def damage_named(path: Path) -> Iterator[None]:
     except RuntimeError as exc:
         raise SourceFormatError(
             f"{path} is damaged: HDF5 cannot read its structure ({_first_line(exc)})",
-            hint="re-download the file ('rlds download ID --force')",
+            hint=_REDOWNLOAD,
         ) from None
 
 
@@ -301,7 +305,7 @@ def read_error(path: Path, key: str, exc: BaseException) -> SourceFormatError:
     """The error for an HDF5 read that fails midway (a damaged or truncated file)."""
     return SourceFormatError(
         f"{path}: reading {key!r} failed (file truncated or corrupt?): {_first_line(exc)}",
-        hint="re-download the file ('rlds download ID --force')",
+        hint=_REDOWNLOAD,
     )
 
 
