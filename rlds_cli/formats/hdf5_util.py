@@ -10,7 +10,8 @@ HDF5's chunk index, read once per dataset; ``os.pread`` releases the GIL, where
 (:func:`inflate`, GIL released) and places them in the output, on a thread pool.
 
 It serves only datasets it reproduces exactly (:func:`inflatable`): chunked, deflate as the only
-filter, a plain numeric dtype, every chunk of the range allocated; anything else is read by h5py.
+filter (or byte shuffle then deflate, h5py's ``shuffle=True``), a plain numeric dtype, every chunk of
+the range allocated; anything else is read by h5py.
 A chunk that does not inflate to its full size raises :class:`ChunkDamageError` (an ``OSError``):
 HDF5 itself does not check that size, and h5py returns such a chunk's rows from uninitialised memory,
 so a reader never falls back to h5py for it.
@@ -370,16 +371,27 @@ INFLATABLE_KINDS = frozenset("biuf")
 DEFLATE_FILTER = 1
 
 
+#: HDF5's filter id for byte shuffle (``H5Z_FILTER_SHUFFLE``).
+SHUFFLE_FILTER = 2
+#: The filter pipelines :class:`ChunkRows` undoes, in the order they were applied when writing.
+INFLATABLE_PIPELINES = frozenset({(DEFLATE_FILTER,), (SHUFFLE_FILTER, DEFLATE_FILTER)})
+
+
+def _pipeline(dataset: Any) -> tuple[int, ...]:
+    """The filter ids of ``dataset``'s pipeline, in the order they were applied when writing."""
+    plist = dataset.id.get_create_plist()
+    return tuple(plist.get_filter(i)[0] for i in range(plist.get_nfilters()))
+
+
 def inflatable(dataset: Any) -> bool:
     """Whether :class:`ChunkRows` reads ``dataset`` (an ``h5py.Dataset``) exactly: chunked, deflate as
-    its only filter, a fixed-size numeric dtype, not virtual."""
+    its only filter or byte shuffle then deflate, a fixed-size numeric dtype, not virtual."""
     try:
         if dataset.chunks is None or dataset.is_virtual or dataset.dtype.kind not in INFLATABLE_KINDS:
             return False
         if dataset.dtype.fields is not None or dataset.dtype.subdtype is not None or not dataset.shape:
             return False
-        plist = dataset.id.get_create_plist()
-        return bool(plist.get_nfilters() == 1 and plist.get_filter(0)[0] == DEFLATE_FILTER)
+        return _pipeline(dataset) in INFLATABLE_PIPELINES
     except (AttributeError, OSError, RuntimeError, ValueError):  # not an h5py dataset: the .npz facade
         return False
 
@@ -391,11 +403,12 @@ def default_threads() -> int:
 
 @dataclass(frozen=True)
 class _Stored:
-    """Where one chunk's bytes lie in the file, and whether deflate was applied to them."""
+    """Where one chunk's bytes lie in the file, and the filters applied to them (in order; a chunk's
+    filter mask may skip some of its dataset's)."""
 
     address: int
     size: int
-    deflated: bool
+    filters: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -554,9 +567,11 @@ class ChunkRows:
         if filename not in self._files:
             self._files[filename] = os.open(filename, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         index: dict[tuple[int, ...], _Stored] = {}
+        pipeline = _pipeline(dataset)
 
         def add(info: Any) -> None:
-            index[tuple(info.chunk_offset)] = _Stored(info.byte_offset, info.size, not info.filter_mask & 1)
+            applied = tuple(f for i, f in enumerate(pipeline) if not info.filter_mask >> i & 1)
+            index[tuple(info.chunk_offset)] = _Stored(info.byte_offset, info.size, applied)
 
         try:
             if hasattr(dataset.id, "chunk_iter"):  # HDF5 >= 1.14: the whole index in one call
@@ -587,18 +602,22 @@ class ChunkRows:
 
 
 def _load(fd: int, stored: _Stored, chunks: tuple[int, ...], dtype: np.dtype, what: str) -> np.ndarray:
-    """A chunk's array from its stored bytes (inflated where deflate was applied to them)."""
+    """A chunk's array from its stored bytes (inflated, then unshuffled, where those filters were
+    applied to them)."""
     raw = os.pread(fd, stored.size, stored.address)
     size = int(np.prod(chunks)) * dtype.itemsize
     if len(raw) != stored.size:
         raise ChunkDamageError(f"{what}: the file ends inside it")
     try:
-        data = inflate(raw, size) if stored.deflated else raw
+        data = inflate(raw, size) if DEFLATE_FILTER in stored.filters else raw
     except ChunkDamageError as exc:
         raise ChunkDamageError(f"{what}: {exc}") from None
     if len(data) != size:
         raise ChunkDamageError(f"{what} holds {len(data)} bytes, not {size}")
-    return np.frombuffer(data, dtype).reshape(chunks)
+    flat = np.frombuffer(data, np.uint8)
+    if SHUFFLE_FILTER in stored.filters and dtype.itemsize > 1:  # byte k of every item, then byte k+1
+        flat = flat.reshape(dtype.itemsize, -1).T.copy()
+    return flat.view(dtype).reshape(chunks)
 
 
 def _load_group(sources: list[tuple[Any, ...]]) -> list[np.ndarray]:

@@ -32,14 +32,17 @@ def _arrays(rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("chunks", [True, "column", "odd"])
 @pytest.mark.parametrize("threads", [1, 3])
-def test_every_range_reads_as_h5py_reads_it(tmp_path: Path, chunks: object, threads: int) -> None:
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_every_range_reads_as_h5py_reads_it(
+    tmp_path: Path, chunks: object, threads: int, shuffle: bool
+) -> None:
     rng = np.random.default_rng(7)
     path = tmp_path / "f.hdf5"
     with h5py.File(path, "w") as f:
         for key, data in _arrays(rng).items():
             shape = {True: True, "column": (10, *([1] * (data.ndim - 1))), "odd": (7, *data.shape[1:-1], 2)}
             chunk = shape[chunks] if data.ndim > 1 or chunks is True else (7,)  # type: ignore[index]
-            f.create_dataset(key, data=data, compression="gzip", chunks=chunk)
+            f.create_dataset(key, data=data, compression="gzip", chunks=chunk, shuffle=shuffle)
     rows = ChunkRows(threads)
     with h5py.File(path, "r") as f:
         for key in f:
@@ -53,7 +56,7 @@ def test_every_range_reads_as_h5py_reads_it(tmp_path: Path, chunks: object, thre
     rows.close()
 
 
-def test_only_plain_deflate_is_inflated(tmp_path: Path) -> None:
+def test_only_deflate_with_or_without_shuffle_is_inflated(tmp_path: Path) -> None:
     data = np.arange(60, dtype=np.float32).reshape(20, 3)
     with h5py.File(tmp_path / "f.hdf5", "w") as f:
         made = {
@@ -68,7 +71,7 @@ def test_only_plain_deflate_is_inflated(tmp_path: Path) -> None:
                 "compound", data=np.zeros(4, [("a", "<f4"), ("b", "<i2")]), compression="gzip"
             ),
         }
-        assert [k for k, d in made.items() if inflatable(d)] == ["gzip"]
+        assert [k for k, d in made.items() if inflatable(d)] == ["gzip", "shuffled"]
     assert not inflatable(np.zeros(3))  # an .npz member
 
 
