@@ -203,6 +203,19 @@ def canonical_sha256(data: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def strict_json(value: Any) -> Any:
+    """``value`` (a source's metadata) with every float that is not finite, at any depth, as its text
+    (``"nan"``, ``"inf"``, ``"-inf"``): JSON has no such numbers, and a manifest is read by strict
+    JSON parsers too (browsers, ``jq``)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(v) for v in value]
+    return value
+
+
 def _digest_dict(value: Any) -> dict[str, Any]:
     """``content_digest`` as read: a dict whose ``columns`` is a dict, else ``ValueError``."""
     if not isinstance(value, dict) or not isinstance(value.get("columns", {}), dict):

@@ -86,6 +86,7 @@ from rlds_cli.errors import ExportError
 from rlds_cli.export import atomic_target
 from rlds_cli.export.lerobot_common import (
     CHUNKS_SIZE,
+    NONFINITE_STATS,
     QUANTILES,
     STATS_FRAMES,
     Camera,
@@ -119,6 +120,7 @@ class StatsTotal:
     def __init__(self) -> None:
         self._state: dict[str, dict[str, Any]] = {}
 
+    @NONFINITE_STATS
     def add(self, row: dict[str, Any]) -> None:
         """Take one episode's row (``stats/<name>/<what>`` values)."""
         names = dict.fromkeys(k.split("/")[1] for k in row if k.startswith("stats/"))

@@ -57,6 +57,11 @@ def camera_layout(shape: tuple[int, ...], dtype: np.dtype) -> str | None:
     return None
 
 
+#: Statistics of values that are not finite are NaN or infinite, as lerobot's own: no warning.
+NONFINITE_STATS = np.errstate(invalid="ignore", over="ignore")
+
+
+@NONFINITE_STATS
 def feature_stats(values: np.ndarray, quantiles: bool = True) -> dict[str, Any]:
     """lerobot's per-feature statistics over axis 0 (lists, as its parquet and JSON hold them);
     ``quantiles``: also ``q01`` .. ``q99`` (lerobot 0.4, v3.0; v2.1 kept min, max, mean, std,

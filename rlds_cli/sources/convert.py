@@ -26,7 +26,7 @@ from rlds_cli._util.io import sha256_file
 from rlds_cli._util.progress import Progress
 from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.card import declared_card, make_card, with_user
-from rlds_cli.cache.manifest import Manifest
+from rlds_cli.cache.manifest import Manifest, strict_json
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import (
     ChecksumMismatchError,
@@ -581,7 +581,7 @@ def _build(
         if episodes is not None:  # per-episode arrays keep the kept episodes' rows, row for row
             arrays = subset_episode_arrays(arrays, kept_episodes(episodes, record.episodes_seen))
         facts = {**facts, **source_hash.facts()}
-        metadata = reader.source_metadata()
+        metadata = strict_json(reader.source_metadata())
         return builder.commit(
             source={**facts, "metadata": metadata, "checks": reader.report.checks()},
             conversion=reader.report.to_dict(),

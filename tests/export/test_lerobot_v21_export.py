@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -256,3 +257,18 @@ def test_pooled_statistics_keep_a_small_spread_around_a_large_mean() -> None:
     np.testing.assert_allclose(got["x"]["std"], whole.std(0), rtol=1e-3)
     np.testing.assert_allclose(got["x"]["mean"], whole.mean(0), rtol=1e-12)
     assert got["f"]["min"].dtype == bool and got["f"]["max"].dtype == bool
+
+
+def test_statistics_of_values_that_are_not_finite_are_nan_without_a_warning() -> None:
+    """A column holding infinities (a D4RL info, a sensor's overflow) has NaN/inf statistics, as
+    lerobot's own; numpy's "invalid value" warnings reached the terminal (an error under -W error)."""
+    from rlds_cli.export.lerobot import StatsTotal
+    from rlds_cli.export.lerobot_common import as_list, feature_stats
+
+    total = StatsTotal()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for values in (np.full((3, 1), np.inf), np.array([[1.0], [2.0]])):
+            total.add({f"stats/x/{w}": as_list(v) for w, v in feature_stats(values).items()})
+        got = total.result()["x"]
+    assert np.isnan(got["std"][0]) and got["max"][0] == np.inf and got["min"][0] == 1.0

@@ -8,6 +8,7 @@ files, metadata, determinism, reuse, and the bundled demo file.
 from __future__ import annotations
 
 import hashlib
+import json
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -864,9 +865,15 @@ def test_metadata_scalars_and_arrays(tmp_path: Path) -> None:
     np.testing.assert_array_equal(arrays["unrelated_table"], np.arange(100, dtype=np.int16))
     # the golden file has scalars only: no npz written
     golden = golden_three_episodes(tmp_path / "g.hdf5", with_next=True)
+    with h5py.File(golden, "r+") as f:  # numbers JSON has no form for are kept as their text
+        f.attrs["ref_score"], f.attrs["bounds"] = np.nan, np.array([-np.inf, np.inf])
     convert(golden, "g")
     assert open_dataset("g").source_arrays == {}
     assert not (open_dataset("g").directory / "source_metadata.npz").exists()
+    meta = open_dataset("g").source_metadata
+    assert (meta["@ref_score"], meta["@bounds"]) == ("nan", ["-inf", "inf"])
+    text = (open_dataset("g").directory / "manifest.json").read_text()
+    json.loads(text, parse_constant=lambda name: pytest.fail(f"manifest.json holds {name}, not JSON"))
 
 
 # ----------------------------------------------------------------------------- determinism and reuse
