@@ -418,6 +418,34 @@ def _blocks(lengths: np.ndarray, budget: int) -> list[tuple[int, int]]:
     return out
 
 
+def _window_sums(source: Dataset, key: str, rows: np.ndarray, starts: np.ndarray, every: int) -> np.ndarray:
+    """``rows`` summed over each window from ``starts``, in their stored dtype (floats add in it;
+    integers and bools add in int64 first: int8 wrapped, bool took "any").
+
+    Raises:
+        SchemaMismatchError: A sum the stored dtype cannot hold (an integer out of range, a bool
+            above 1, a float that overflows).
+    """
+    if rows.dtype.kind == "f":
+        with np.errstate(over="ignore"):  # an overflow is refused below
+            sums = np.add.reduceat(rows, starts, axis=0)
+        exact = np.isfinite(sums) | ~np.isfinite(np.add.reduceat(rows.astype(np.float64), starts, axis=0))
+        wide = sums
+    else:
+        wide = np.add.reduceat(rows.astype(np.int64), starts, axis=0)
+        sums = wide.astype(rows.dtype)
+        exact = sums.astype(np.int64) == wide
+    if not exact.all():
+        bad = wide[~exact].reshape(-1)[0]
+        raise SchemaMismatchError(
+            f"{source.name}: the sum of {key!r} over {every} steps reaches {bad}, which its dtype "
+            f"{rows.dtype} cannot hold",
+            hint="downsampled rewards keep their dtype: store them as floats (rlds preprocess), "
+            "or pick a smaller -k",
+        )
+    return sums
+
+
 def _window_block(source: Dataset, index: np.ndarray, first: int, stop: int, every: int) -> StepBlock:
     """Episodes ``[first, stop)`` of ``source`` downsampled, as one block."""
     lengths = index["length"][first:stop].astype(np.int64)
@@ -442,7 +470,7 @@ def _window_block(source: Dataset, index: np.ndarray, first: int, stop: int, eve
             continue
         rows = np.asarray(column[step0 : step0 + n])
         if key in SUMMED:
-            steps[key] = np.add.reduceat(rows, win_first, axis=0).astype(rows.dtype, copy=False)
+            steps[key] = _window_sums(source, key, rows, win_first, every)
         elif key in FLAGS:
             steps[key] = np.logical_or.reduceat(rows.astype(bool), win_first, axis=0)
         elif key.startswith("next/"):

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from rlds_cli.cache import CacheRoot, open_dataset
 from rlds_cli.cache.compose import downsample_dataset
 from rlds_cli.cli.app import app
-from rlds_cli.errors import CorruptDatasetError
+from rlds_cli.errors import CorruptDatasetError, SchemaMismatchError
 from tests.formats_fixtures import refused
 from tests.loader_fixtures import make_ted
 
@@ -59,3 +59,35 @@ def test_from_the_cli(a: Any) -> None:
     np.save(path, data)
     result = CliRunner().invoke(app, ["downsample", "a", "-k", "2", "-n", "e"])
     refused(result, "dataset 'a' is damaged", hint=True, published=("a", "d"))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value", "every", "fits"),
+    [("int8", 30, 4, True), ("int8", 100, 3, False), ("uint8", 200, 4, False), ("int16", 100, 4, True),
+     ("bool", False, 4, True), ("bool", True, 2, False), ("float16", 30000.0, 4, False), ("float32", 0.1, 4, True)],
+)  # fmt: skip
+def test_reward_sums_are_exact_in_their_dtype_or_refused(
+    isolated_cache: Path, tmp_path: Path, dtype: str, value: object, every: int, fits: bool
+) -> None:
+    """int8, uint8 and int16 sums wrapped (100 x 3 steps read 44) and bool sums became "any", with
+    exit 0 and a digest that verified; a sum the stored dtype holds is exact, any other refused."""
+    from rlds_cli.sources.convert import convert
+    from tests.d4rl_fixtures import write_d4rl
+
+    n = 12
+    src = write_d4rl(
+        tmp_path / "r.hdf5", observations=np.arange(n * 2, dtype=np.float32).reshape(n, 2),
+        actions=np.zeros((n, 1), np.float32), rewards=np.full(n, value, dtype),
+        terminals=np.arange(n) == n - 1, timeouts=np.zeros(n, bool),
+    )  # fmt: skip
+    convert(src, "r")
+    if not fits:
+        with pytest.raises(SchemaMismatchError, match=rf"'next/reward' over {every} steps reaches .*{dtype}"):
+            downsample_dataset("r", "d", every)
+        assert not CacheRoot().exists("d")
+        return
+    downsample_dataset("r", "d", every)
+    got = open_dataset("d").column("next/reward")[:]
+    assert got.dtype == np.dtype(dtype)
+    expected = np.add.reduceat(np.full(n, value, np.float64), np.arange(0, n, every))
+    np.testing.assert_allclose(got.reshape(-1).astype(np.float64), expected, rtol=1e-6)
