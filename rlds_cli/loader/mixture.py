@@ -150,6 +150,12 @@ class MixtureSource:
         if clash is not None:  # the batch's own column would replace the stored one, or the reverse
             holders = [n for n, d, r in zip(self.names, self.datasets, self._renames, strict=True)
                        if clash in {r.get(k, k) for k in d.fields}]  # fmt: skip
+            if not holders:
+                raise MixtureError(
+                    f"keys= names {clash!r}, which a mixture's batch writes itself (each row's index and "
+                    "source, and the <key>_pad_mask of a padded key)",
+                    hint=f"leave {clash!r} out of keys=: every batch carries it",
+                )
             raise MixtureError(
                 f"sources {holders} store key {clash!r}, a name a mixture's batch writes itself (each "
                 "row's index and source, and the <key>_pad_mask of a padded key)",
@@ -287,8 +293,11 @@ class MixtureSource:
         return {name: dict(r) for name, r in zip(self.names, self._renames, strict=True) if r}
 
     def _original(self, source: int, key: str) -> str:
-        back = {v: k for k, v in self._renames[source].items()}
-        return back.get(key, key)
+        """The name source ``source`` stores common ``key`` under; ``""`` (no stored key) where it
+        renamed its own ``key`` to another name."""
+        rename = self._renames[source]
+        back = {v: k for k, v in rename.items()}
+        return back.get(key, "" if key in rename else key)
 
     def _common_keys(self, keys: Iterable[str | tuple[str, ...]] | None) -> list[str]:
         if isinstance(keys, str):

@@ -111,6 +111,24 @@ def test_rename_into_the_common_schema(tmp_path: Path, robots: dict[str, Dataset
     assert norms["ur5"].stored_keys == {"observation": "proprio"}
 
 
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "per-source"])
+def test_a_key_renamed_away_is_absent_under_its_old_name(robots: dict[str, Dataset], packed: bool) -> None:
+    """franka's action renamed to arm_action: its rows' action is zeros with a mask of False (it
+    was franka's action again, masked True, beside the same values under arm_action)."""
+    sources = {"franka": robots["franka"], "aloha": robots["aloha"]}
+    mix = MixtureLoader(sources, [1, 1], batch_size=128, seed=0, keys=["action", "arm_action"],
+                        rename={"franka": {"action": "arm_action"}}, pad=True,
+                        transforms=None if packed else {"franka": identity})  # fmt: skip
+    batch = mix.sample()
+    franka = batch["source"].numpy() == 0
+    assert franka.any() and (~franka).any()
+    assert not batch["action_pad_mask"].numpy()[franka].any()
+    assert (batch["action"].numpy()[franka] == 0).all()
+    want = own_rows(robots["franka"], batch["index"].numpy()[franka], ["action"])["action"]
+    np.testing.assert_array_equal(batch["arm_action"].numpy()[franka], want)
+    assert not batch["arm_action_pad_mask"].numpy()[~franka].any()
+
+
 def test_key_only_some_sources_have_is_zero_with_mask_false(
     tmp_path: Path, robots: dict[str, Dataset]
 ) -> None:
@@ -183,6 +201,9 @@ def test_renames_that_would_hide_or_lose_values_are_refused(
         with pytest.raises(MixtureError) as info:
             mix(rename)
         assert match in str(info.value) and "\n" not in str(info.value), rename
+    for own in ("source", "index", "action_pad_mask"):  # no source stores it: was an IndexError
+        with pytest.raises(MixtureError, match=f"keys= names '{own}', which a mixture's batch writes"):
+            MixtureLoader(sources, [1, 1], keys=["action", own], pad=True)
     swapped = mix({"b": {"wrist": "observation", "observation": "wrist"}})  # a swap hides nothing
     assert swapped.source.renames() == {"b": {"wrist": "observation", "observation": "wrist"}}
     # a Normalize naming a key as the source stores it, not as its batches carry it: was a no-op
