@@ -64,7 +64,8 @@ def test_from_the_cli(a: Any) -> None:
 @pytest.mark.parametrize(
     ("dtype", "value", "every", "fits"),
     [("int8", 30, 4, True), ("int8", 100, 3, False), ("uint8", 200, 4, False), ("int16", 100, 4, True),
-     ("bool", False, 4, True), ("bool", True, 2, False), ("float16", 30000.0, 4, False), ("float32", 0.1, 4, True)],
+     ("bool", False, 4, True), ("bool", True, 2, False), ("float16", 30000.0, 4, False),
+     ("float32", 0.1, 4, True)],
 )  # fmt: skip
 def test_reward_sums_are_exact_in_their_dtype_or_refused(
     isolated_cache: Path, tmp_path: Path, dtype: str, value: object, every: int, fits: bool
