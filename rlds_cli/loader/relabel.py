@@ -46,6 +46,14 @@ from rlds_cli.loader.sources import HostSource
 
 _OUTPUT_KEYS = ("value_goal", "actor_goal", "value_goal_index", "actor_goal_index", "next/reward", "mask")
 RewardFn = Callable[[TedBatch, np.ndarray], tuple[np.ndarray, np.ndarray]]
+#: Where the relabeled mask goes when the batch already carries a ``mask`` (a slice sampler's
+#: padding, which TorchRL losses read as ``("collector", "mask")``): never over it.
+GOAL_MASK_KEY = "goal_mask"
+
+
+def _mask_key(batch: TedBatch) -> str:
+    """``"mask"``, or :data:`GOAL_MASK_KEY` where ``batch`` already holds a sampler's mask."""
+    return GOAL_MASK_KEY if "mask" in batch else "mask"
 
 
 @dataclass(frozen=True)
@@ -196,6 +204,7 @@ class GoalRelabel:
             shape = np.shape(batch["index"])  # slices: [B, L]; rows are relabeled one by one
             source = np.asarray(batch["source"], np.int64).reshape(-1)
             idx = np.asarray(batch["index"], np.int64).reshape(-1)
+            mask_key = _mask_key(batch)
             pieces = []
             for s, part in enumerate(parts):
                 rows = np.flatnonzero(source == s)
@@ -212,11 +221,11 @@ class GoalRelabel:
                     full = np.empty((len(idx), *first.shape[1:]), first.dtype)
                     for rows, piece in pieces:
                         full[rows] = piece[key]
-                batch[key] = full.reshape(*shape, *full.shape[1:])
+                batch[mask_key if key == "mask" else key] = full.reshape(*shape, *full.shape[1:])
             if self.reward_fn is not None:  # the user's rule sees the whole batch
                 reward, mask = self.reward_fn(batch, batch["value_goal"])
                 batch["next/reward"] = np.asarray(reward, np.float32).reshape(*shape, -1)
-                batch["mask"] = np.asarray(mask, np.float32).reshape(shape)
+                batch[mask_key] = np.asarray(mask, np.float32).reshape(shape)
             return batch
 
         return relabel
@@ -256,5 +265,5 @@ class GoalRelabel:
             mask = 1.0 - success
             reward = success - (1.0 if self.gc_negative else 0.0)
         batch["next/reward"] = np.asarray(reward, np.float32).reshape(*idx.shape, -1)
-        batch["mask"] = np.asarray(mask, np.float32).reshape(idx.shape)
+        batch[_mask_key(batch)] = np.asarray(mask, np.float32).reshape(idx.shape)
         return batch

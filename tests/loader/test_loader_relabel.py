@@ -103,6 +103,17 @@ def test_loader_goals_rewards_masks(ds: Dataset, strategy: str) -> None:
         assert (episode_of(ai) == episode_of(idx)).all() and (ai > idx).sum() > 0
 
 
+def test_slices_keep_their_padding_mask_and_get_goal_mask(ds: Dataset) -> None:
+    """Slices carry the sampler's padding mask (TorchRL's ("collector", "mask")): the relabeled
+    mask replaced it, so padding counted as data."""
+    plain = Loader(ds, 160, sampler="slice", slice_len=8, seed=0).sample()
+    b = Loader(ds, 160, sampler="slice", slice_len=8, seed=0, transform=GoalRelabel(seed=0)).sample()
+    assert b["mask"].dtype == plain["mask"].dtype and b["mask"].tolist() == plain["mask"].tolist()
+    assert not plain["mask"].all()  # some padding
+    success = (b["index"] == b["value_goal_index"]).float()
+    assert b["goal_mask"].tolist() == (1 - success).tolist()
+
+
 def test_reward_fn_and_positive_rewards(ds: Dataset) -> None:
     def near(batch: dict, goal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         close = np.abs(batch["observation"][:, 0] - goal[:, 0]) <= 1
