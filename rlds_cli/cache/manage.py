@@ -15,13 +15,13 @@ from rlds_cli.errors import CorruptDatasetError, DatasetInUseError, DatasetNotFo
 
 
 def children_of(cache: CacheRoot, name: str, *, reading: bool | None = None) -> list[str]:
-    """Names of the datasets whose lineage names ``name`` as a parent; ``reading``: only those that
-    read its rows (views, merges, trims: they refuse to read once it is replaced), or (``False``)
-    only the copies made from it (preprocessed: they keep reading)."""
+    """Names of the datasets made from ``name`` (:meth:`Manifest.parent_names`); ``reading``: only
+    those that read its rows (views, merges, trims: they refuse to read once it is replaced), or
+    (``False``) only the copies made from it (preprocessed: they keep reading)."""
     return [
         m.name
         for m in cache.iter_manifests()
-        if any(p.get("name") == name for p in m.lineage)
+        if name in m.parent_names()
         and (reading is None or (m.layout in (VIEW_LAYOUT, COMPOSED_LAYOUT)) == reading)
     ]
 

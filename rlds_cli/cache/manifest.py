@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from rlds_cli._util.io import atomic_write
 from rlds_cli._version import __version__
 from rlds_cli.cache.integrity import check_manifest_data, damage_hint, manifest_name
-from rlds_cli.cache.layout import MANIFEST_FILE
+from rlds_cli.cache.layout import COMPOSED_LAYOUT, MANIFEST_FILE
 from rlds_cli.cache.ted import key_problem
 from rlds_cli.errors import CorruptDatasetError
 
@@ -175,6 +175,15 @@ class Manifest:
             env=_env_dict(data.get("env", {})),
             card=_card_dict(data.get("card", {})),
         )
+
+    def parent_names(self) -> list[str]:
+        """The datasets this one is made from: those its lineage names and, for a composed dataset,
+        the parents of the parts it reads (a selection of a merge or trim names the merge in its
+        lineage but reads the merge's parents, which outlive a replaced merge)."""
+        names = [entry.get("name") for entry in self.lineage]
+        if self.layout == COMPOSED_LAYOUT and isinstance(self.source.get("parts"), list):
+            names += [part.get("parent") for part in self.source["parts"] if isinstance(part, dict)]
+        return list(dict.fromkeys(n for n in names if isinstance(n, str)))
 
     def digest(self) -> str:
         """A sha256 of the canonical JSON, used by derived datasets to pin their parent (and, written

@@ -139,11 +139,11 @@ class CacheTransaction:
         if self.existing is None:
             return
         seen: set[str] = set()
-        todo = [entry.get("name") for entry in manifest.lineage]
+        todo: list[str] = manifest.parent_names()
         reads = manifest.layout in _READS_PARENTS
         while todo:
             parent = todo.pop()
-            if not isinstance(parent, str) or parent in seen:
+            if parent in seen:
                 continue
             if parent == self.name:
                 raise DatasetExistsError(
@@ -158,7 +158,7 @@ class CacheTransaction:
             except RldsError:  # gone or unreadable: nothing further to follow
                 continue
             if found.layout in _READS_PARENTS:
-                todo += [entry.get("name") for entry in found.lineage]
+                todo += found.parent_names()
 
     def withdraw(self) -> None:
         """Delete the dataset this one replaces now, before :meth:`commit` (datasets published

@@ -216,6 +216,8 @@ def audit(
     )  # fmt: skip
     report = run_audit(name, tolerances=tolerances, root=root)
     kept = report.keep(keep, replace=force, root=root) if keep is not None else None
+    if kept is not None and force:
+        output.warn_stale_children(root, kept.name)
     if json:
         data = report.to_dict()
         if kept is not None:

@@ -3,6 +3,7 @@ copy nothing: they read their parents' arrays) and ``rlds downsample`` (it write
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -102,7 +103,7 @@ def view(
         manifest = create_view(
             parent, name, parse_episode_range(episodes, ds.num_episodes), root=root, replace=force
         )
-        _report([manifest], json=json, quiet=quiet, many=False)
+        _report([manifest], json=json, quiet=quiet, many=False, forced_in=(root, force))
         return
     how: list[str] = []
     ids = None
@@ -127,7 +128,7 @@ def view(
     if len(ids) == 0:
         raise InvalidSelectionError(f"no episode of {parent!r} is in all of: {', '.join(how)}")
     manifest = create_selection(parent, name, ids, how=", ".join(how), root=root, replace=force)
-    _report([manifest], json=json, quiet=quiet, many=False)
+    _report([manifest], json=json, quiet=quiet, many=False, forced_in=(root, force))
 
 
 @handle_errors
@@ -210,10 +211,17 @@ def split(
         seed=seed,
         last=last,
     )
-    _report(list(manifests), json=json, quiet=quiet, many=True)
+    _report(list(manifests), json=json, quiet=quiet, many=True, forced_in=(root, force))
 
 
-def _report(manifests: list[Any], *, json: bool, quiet: bool, many: bool) -> None:
+def _report(
+    manifests: list[Any], *, json: bool, quiet: bool, many: bool, forced_in: tuple[Path | None, bool]
+) -> None:
+    """Show the views made; ``forced_in``: the cache root, and whether --force may have replaced
+    datasets of their names there (then the datasets made from the old ones are named)."""
+    if forced_in[1]:
+        for m in manifests:
+            output.warn_stale_children(forced_in[0], m.name)
     rows = [
         {
             "name": m.name,
@@ -286,7 +294,13 @@ def merge(
     manifest = merge_datasets(parents, new, root=root, replace=force, verify=not no_verify)
     for conflict in manifest.card.get("license_conflicts", []):  # made, but the user should know
         output.warn(f"licences: {conflict}")
-    _report_shaped(manifest, "merged from " + ", ".join(parents), json=json, quiet=quiet)
+    _report_shaped(
+        manifest,
+        "merged from " + ", ".join(parents),
+        json=json,
+        quiet=quiet,
+        forced_in=(root, force),
+    )
 
 
 @handle_errors
@@ -322,7 +336,11 @@ def drop(
     ids = parse_episode_list(episodes, open_dataset(parent, root).num_episodes)
     manifest = drop_episodes(parent, ids, new, root=root, replace=force)
     _report_shaped(
-        manifest, f"{parent} without {len(ids)} episode{'s' if len(ids) != 1 else ''}", json=json, quiet=quiet
+        manifest,
+        f"{parent} without {len(ids)} episode{'s' if len(ids) != 1 else ''}",
+        json=json,
+        quiet=quiet,
+        forced_in=(root, force),
     )
 
 
@@ -358,6 +376,7 @@ def trim(
         f"{parent} cut by {start} steps at the start and {end} at the end{note}",
         json=json,
         quiet=quiet,
+        forced_in=(root, force),
     )
 
 
@@ -387,10 +406,28 @@ def downsample(
     new = _need_name(name)
     parent = resolve_name(parent, root)
     manifest = downsample_dataset(parent, new, every, root=root, replace=force)
-    _report_shaped(manifest, f"one step in {every} of {parent}", json=json, quiet=quiet, shared=False)
+    _report_shaped(
+        manifest,
+        f"one step in {every} of {parent}",
+        json=json,
+        quiet=quiet,
+        forced_in=(root, force),
+        shared=False,
+    )
 
 
-def _report_shaped(manifest: Any, what: str, *, json: bool, quiet: bool, shared: bool = True) -> None:
+def _report_shaped(
+    manifest: Any,
+    what: str,
+    *,
+    json: bool,
+    quiet: bool,
+    forced_in: tuple[Path | None, bool],
+    shared: bool = True,
+) -> None:
+    """Show the dataset made (``forced_in``: as :func:`_report`'s)."""
+    if forced_in[1]:
+        output.warn_stale_children(forced_in[0], manifest.name)
     row = {
         "name": manifest.name,
         "parents": [p["name"] for p in manifest.lineage],

@@ -167,3 +167,31 @@ def test_the_json_of_a_selection_lists_its_episodes(ab: None) -> None:
     chosen = [r.get("episode_ids", list(range(*r["episodes"]))) for r in rows]  # a run is stored as a range
     assert sorted(chosen[0] + chosen[1]) == [0, 1, 2]
     assert "episode_ids" not in ok_json("view", "a", "-e", "0:2", "-n", "rng")  # a range is its span
+
+
+def test_a_selection_of_a_replaced_merge_still_protects_the_parents_it_reads(ab: None) -> None:
+    """A selection of a merge reads the merge's parents; its lineage names the merge alone. Once the
+    merge was replaced, 'rm a' deleted a dataset the selection read (exit 0), and 'view ... -n a -f'
+    replaced a with a view of itself (a's arrays deleted, neither opened again)."""
+    ok("view", "a", "-e", "0:2", "-n", "a2")
+    ok("merge", "a2", "b", "-n", "m")
+    ok("view", "m", "-e", "0,3", "-n", "pick")
+    ok("view", "b", "-e", "0:1", "-n", "b1")
+    ok("merge", "b", "b1", "-n", "m", "--force")  # the merge no longer reads a2
+    every = ("a", "a2", "b", "b1", "m", "pick")
+    refused(invoke("rm", "a2", "--yes"), "dataset 'a2' is the parent of pick", hint=True, published=every)
+    replace = invoke("view", "pick", "-e", "0", "-n", "a2", "--force")
+    refused(replace, "dataset 'a2' cannot be replaced by a dataset made from it", hint=True, published=every)
+    ok("inspect", "pick", "--check")
+
+
+def test_a_shaping_command_that_replaces_a_parent_names_what_now_refuses_to_read(ab: None) -> None:
+    """'rlds download --force' warned of the views it left unreadable; view, trim, merge... with
+    --force said nothing."""
+    ok("trim", "a", "--start", "1", "-n", "t")
+    ok("merge", "t", "b", "-n", "tb")
+    replaced = ok("view", "a", "-e", "0:2", "-n", "t", "--force")
+    assert "1 dataset(s) made from the replaced 't' now refuse to read: tb" in replaced.stderr
+    again = ok("downsample", "b", "-k", "2", "-n", "t", "--force")
+    assert "now refuse to read: tb" in again.stderr
+    assert "refuse to read" not in ok("view", "a", "-e", "0:1", "-n", "fresh", "--force").stderr
