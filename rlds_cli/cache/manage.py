@@ -204,12 +204,28 @@ def collect_garbage(
     if raw:
         found.extend(_orphaned_raw(cache, dry_run=dry_run))
     if cache.datasets_dir.is_dir():
+        headless = set(manifestless_datasets(cache))
         for child in sorted(cache.datasets_dir.iterdir()):
-            if child.is_dir() and not (child / MANIFEST_FILE).exists():
+            if child.is_dir() and not (child / MANIFEST_FILE).exists() and child not in headless:
                 found.append(child)
                 if not dry_run:
                     shutil.rmtree(child, ignore_errors=True)
     return found
+
+
+def manifestless_datasets(cache: CacheRoot) -> list[Path]:
+    """Folders under ``datasets/`` that hold files but no ``manifest.json``: damage (a dataset is
+    published with its manifest, and withdrawn whole), never collected: views may read their
+    arrays, and a restored manifest brings the dataset back."""
+    if not cache.datasets_dir.is_dir():
+        return []
+    return [
+        child
+        for child in sorted(cache.datasets_dir.iterdir())
+        if child.is_dir()
+        and not (child / MANIFEST_FILE).exists()
+        and any(p.is_file() or p.is_symlink() for p in child.rglob("*"))
+    ]
 
 
 def interrupted_jobs(cache: CacheRoot) -> list[Path]:

@@ -162,7 +162,8 @@ def gc(
     """Remove leftovers of killed builds and unpublished directories, and the retired segments
     of growing datasets past their grace period, with their sizes; with --remote-cache, a remote
     cache's leftovers and damaged blocks too."""
-    from rlds_cli.cache.manage import collect_garbage, interrupted_jobs, tree_bytes
+    from rlds_cli.cache.layout import MANIFEST_FILE
+    from rlds_cli.cache.manage import collect_garbage, interrupted_jobs, manifestless_datasets, tree_bytes
     from rlds_cli.cache.root import CacheRoot
 
     remote = None
@@ -176,6 +177,7 @@ def gc(
     sizes = {p: tree_bytes(p) for p in collect_garbage(cache, dry_run=True, jobs=jobs, raw=raw)}
     removed = collect_garbage(cache, dry_run=dry_run, jobs=jobs, raw=raw) if sizes else []
     growing, skipped = _growing_garbage(cache, dry_run)
+    headless = manifestless_datasets(cache)
     sizes |= growing
     removed += list(growing)
     removed_sizes = {p: sizes.get(p, 0) for p in removed}
@@ -191,12 +193,18 @@ def gc(
                 "kept_jobs": [str(p) for p in kept],
                 "kept_jobs_bytes": kept_size,
                 "skipped": [{"name": name, "error": why} for name, why in skipped],
+                "damaged": [str(p) for p in headless],
                 **({"remote_cache": remote.to_dict()} if remote is not None else {}),
             }
         )
         return
     for name, why in skipped:  # on stderr: --quiet's stdout is the removed paths alone
         output.warn(f"skipped growing dataset {name}: {why}")
+    for path in headless:
+        output.warn(
+            f"kept {path}: it holds files but no {MANIFEST_FILE} (damage; views may read its arrays): "
+            f"restore its {MANIFEST_FILE}, or remove the folder yourself"
+        )
     remote_removed = [*remote.reclaimed, *remote.damaged, *remote.unledgered] if remote is not None else []
     if quiet:
         for path in [*removed, *remote_removed]:

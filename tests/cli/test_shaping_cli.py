@@ -195,3 +195,22 @@ def test_a_shaping_command_that_replaces_a_parent_names_what_now_refuses_to_read
     again = ok("downsample", "b", "-k", "2", "-n", "t", "--force")
     assert "now refuse to read: tb" in again.stderr
     assert "refuse to read" not in ok("view", "a", "-e", "0:1", "-n", "fresh", "--force").stderr
+
+
+def test_gc_keeps_a_dataset_folder_that_lost_its_manifest(ab: None) -> None:
+    """A published folder never lacks its manifest: gc took one without it for a leftover and
+    deleted the arrays its views read. It is kept and named; an empty folder is still removed."""
+    from rlds_cli.cache.root import CacheRoot
+
+    ok("view", "a", "-e", "0:2", "-n", "v")
+    folder = CacheRoot().dataset_dir("a")
+    manifest = (folder / "manifest.json").read_bytes()
+    (folder / "manifest.json").unlink()
+    empty = CacheRoot().datasets_dir / "empty-leftover"
+    empty.mkdir()
+    result = ok("gc")
+    assert f"kept {folder}: it holds files but no manifest.json" in result.stderr
+    assert folder.is_dir() and not empty.exists()
+    assert ok_json("gc", "--dry-run")["damaged"] == [str(folder)]
+    (folder / "manifest.json").write_bytes(manifest)
+    ok("inspect", "v", "--check")
