@@ -91,6 +91,22 @@ def text_key(batch: Any) -> Any:
     return {**batch, "label": np.array(["x"] * len(batch["action"]))}
 
 
+def vector_reward(batch: Any) -> Any:
+    return {**batch, "next/reward": np.repeat(batch["next/reward"], 3, axis=1)}
+
+
+def bool_reward(batch: Any) -> Any:
+    return {**batch, "next/reward": batch["next/reward"] > 0}
+
+
+def wide_flags(batch: Any) -> Any:
+    return {**batch, "next/terminated": np.repeat(batch["next/terminated"], 2, axis=1)}
+
+
+def float_flags(batch: Any) -> Any:
+    return {**batch, "next/truncated": batch["next/truncated"].astype(np.float32) + 0.5}
+
+
 def no_action(batch: Any) -> Any:
     return {k: v for k, v in batch.items() if k != "action"}
 

@@ -58,7 +58,20 @@ def _as_array(key: str, value: Any) -> np.ndarray:
         )
     if key in _SINGLETON and arr.ndim == 1:
         arr = arr[:, None]
+    if key in _SINGLETON and arr.shape[1:] != (1,):
+        raise OutputSchemaError(
+            f"output key {key!r} has shape {arr.shape}: it is one value per step, (steps,) or (steps, 1)",
+            hint="keep a vector reward's parts under info/... keys" if key == "next/reward" else None,
+        )
+    if key == "next/reward" and arr.dtype.kind not in "iuf":
+        raise OutputSchemaError(f"output key 'next/reward' has dtype {arr.dtype}; a reward is a number")
     if key in _FLAGS and arr.dtype != np.bool_:
+        if arr.dtype.kind not in "iu" or not np.isin(arr, (0, 1)).all():  # 0/1 integers are flags too
+            raise OutputSchemaError(
+                f"output key {key!r} is {arr.dtype} holding values other than 0 and 1; a flag is one "
+                "bool per step",
+                hint="return it as a bool array (e.g. values > 0.5)",
+            )
         arr = arr != 0
     return arr
 

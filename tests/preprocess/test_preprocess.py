@@ -214,6 +214,11 @@ def test_dropping_everything_is_an_error(golden: str) -> None:
         # named as the cache's ("under .../out cannot be a file name", "the dataset was tampered with")
         ("bad_key", "step", r"output key 'a//b' cannot be stored: it has an empty part"),
         ("text_key", "step", r"output key 'label' has dtype <U1; only numbers and bools"),
+        # stored before, then read as 3x the return (vector) or returns of 1.0 (bool)
+        ("vector_reward", "step", r"output key 'next/reward' has shape \(\d+, 3\): it is one value per step"),
+        ("bool_reward", "step", r"output key 'next/reward' has dtype bool; a reward is a number"),
+        ("wide_flags", "step", r"'next/terminated' has shape \(\d+, 2\)"),  # was "unexpected ValueError"
+        ("float_flags", "step", r"'next/truncated' is float32 holding values other than 0 and 1"),
     ],
 )
 def test_output_schema_errors(medium: str, fn: str, by: str, message: str) -> None:
