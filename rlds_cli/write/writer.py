@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import os
 import threading
 import weakref
@@ -44,6 +45,7 @@ from rlds_cli.write.validate import (
     drop_extras,
     episode_columns,
     flatten,
+    length,
     schema_fields,
     split,
 )
@@ -340,7 +342,13 @@ class DatasetWriter:
         if isinstance(reward, int | float):  # a number: float32, or the dataset's float dtype
             stored = self.head.fields.get("next/reward") if self.head is not None else None
             kind = np.dtype(stored.dtype) if stored is not None else np.dtype(np.float32)
-            r = np.asarray(reward, dtype=kind if kind.kind == "f" else np.float32)
+            with np.errstate(over="ignore"):  # refused below, by name
+                r = np.asarray(reward, dtype=kind if kind.kind == "f" else np.float32)
+            if math.isfinite(reward) and not np.isfinite(r):
+                raise EpisodeFormatError(
+                    f"add_step: the reward {reward!r} overflows {r.dtype} (it would be stored as {r})",
+                    hint="scale the rewards, or give them as np.float64 so the dataset stores float64",
+                )
         else:
             r = np.asarray(reward)
         step["next/reward"] = r.reshape(1)
@@ -369,6 +377,7 @@ class DatasetWriter:
         number of episodes completed."""
         self._check_open()
         cols = drop_extras(flatten(batch, "batch"))
+        length(cols, "extend: the batch")  # rows checked before the open episode's are joined
         if self._tail is not None:
             first = {k: v[:1] for k, v in self._tail.items()}
             _same_rows(

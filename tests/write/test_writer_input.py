@@ -129,6 +129,18 @@ def test_add_step_flags_must_be_bool(isolated_cache: Path) -> None:
     assert not CacheRoot().exists("st")
 
 
+def test_a_number_reward_that_overflows_float32_is_refused(isolated_cache: Path) -> None:
+    """1e40 was stored as inf (numpy's overflow warning the only sign); inf itself is a reward."""
+    with rlds_cli.DatasetWriter("ov") as w:
+        zeros = np.zeros(2, np.float32)
+        step = {"observation": zeros, "action": zeros, "terminated": False, "truncated": False,
+                "next_observation": zeros}  # fmt: skip
+        with pytest.raises(EpisodeFormatError, match=r"the reward 1e\+40 overflows float32"):
+            w.add_step(reward=1e40, **step)
+        w.add_step(reward=float("inf"), **{**step, "terminated": True})
+    assert rlds_cli.open_dataset("ov").column("next/reward")[:].tolist() == [[float("inf")]]
+
+
 def test_not_a_mapping(isolated_cache: Path) -> None:
     with rlds_cli.DatasetWriter("nm") as w, pytest.raises(EpisodeFormatError, match="not a mapping"):
         w.add_episode([1, 2, 3])
@@ -207,7 +219,7 @@ def _steps(n: int, dtype: Any = np.float32, dim: int = 2, done_at: int | None = 
     }
 
 
-@pytest.mark.parametrize("change", ["dtype", "shape"])
+@pytest.mark.parametrize("change", ["dtype", "shape", "scalar"])
 def test_extend_refuses_a_batch_unlike_the_open_episode(isolated_cache: Path, change: str) -> None:
     """The steps after a batch's last end wait for the next batch: one of another dtype was
     joined to them by a cast (the episode stored as float64), one of another shape raised
@@ -215,6 +227,8 @@ def test_extend_refuses_a_batch_unlike_the_open_episode(isolated_cache: Path, ch
     with rlds_cli.DatasetWriter("ex", commit_interval=0) as w:
         assert w.extend(_steps(3)) == 0
         other = _steps(2, np.float64) if change == "dtype" else _steps(2, dim=3)
+        if change == "scalar":  # a 0-d value: a bare IndexError while an episode was open
+            other = {**_steps(2), "observation": np.float32(1)}
         with pytest.raises(EpisodeFormatError, match="'observation'"):
             w.extend(other)
     assert not CacheRoot().exists("ex")
