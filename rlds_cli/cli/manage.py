@@ -200,9 +200,9 @@ def gc(
         return
     for name, why in skipped:  # on stderr: --quiet's stdout is the removed paths alone
         output.warn(f"skipped growing dataset {name}: {why}")
-    for path in headless:
+    for folder in headless:
         output.warn(
-            f"kept {path}: it holds files but no {MANIFEST_FILE} (damage; views may read its arrays): "
+            f"kept {folder}: it holds files but no {MANIFEST_FILE} (damage; views may read its arrays): "
             f"restore its {MANIFEST_FILE}, or remove the folder yourself"
         )
     remote_removed = [*remote.reclaimed, *remote.damaged, *remote.unledgered] if remote is not None else []

@@ -12,6 +12,7 @@ or ``.json``. :func:`statistics_dataset` picks the dataset whose statistics are 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -88,6 +89,29 @@ def statistics_dataset(dataset: Dataset) -> Dataset:
     return Dataset(dataset.directory.parent / spec.parent.replace("/", "--"))
 
 
+def json_ready(value: np.ndarray | None) -> Any:
+    """Nested lists, each value that is not finite (NaN: a key with no finite value) as ``null``:
+    JSON has no NaN (``json.dumps`` would write a token other readers refuse)."""
+    if value is None:
+        return None
+    numbers = np.asarray(value, np.float64)
+    array = numbers.astype(object)
+    array[~np.isfinite(numbers)] = None
+    return array.tolist()
+
+
+def checked_eps(eps: Any) -> float:
+    """``eps`` (what normalizing adds to ``std``) as a float, or ``ValueError`` where it is not a
+    finite number >= 0 (a NaN or negative eps made every value NaN, or a table that was refused)."""
+    try:
+        value = float(eps)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if isinstance(eps, bool) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"eps must be a finite number >= 0 (added to std when normalizing), got {eps!r}")
+    return value
+
+
 @dataclass
 class NormalizationStats:
     """Per-key normalization statistics: ``{key: {"mean", "std", "min", "max"}}`` as float32
@@ -115,7 +139,7 @@ class NormalizationStats:
             if list(table) != self.keys:
                 raise ValueError(f"NormalizationStats: {name!r} has keys {list(table)}, mean has {self.keys}")
             setattr(self, name, {k: np.asarray(v, np.float32) for k, v in table.items()})
-        self.eps = float(self.eps)
+        self.eps = checked_eps(self.eps)
 
     # ------------------------------------------------------------------ making
 
@@ -192,12 +216,13 @@ class NormalizationStats:
     # ------------------------------------------------------------------ files
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: ``{"format", "eps", "source", "keys": {key: {"mean": [...], ...}}}``."""
+        """JSON-ready: ``{"format", "eps", "source", "keys": {key: {"mean": [...], ...}}}`` (a value
+        that is not finite as ``null``)."""
         return {
             "format": _FORMAT,
             "eps": self.eps,
             "source": self.source,
-            "keys": {k: {name: getattr(self, name)[k].tolist() for name in _FIELDS} for k in self.keys},
+            "keys": {k: {name: json_ready(getattr(self, name)[k]) for name in _FIELDS} for k in self.keys},
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:

@@ -28,6 +28,7 @@ quantiles now would not be those of its mean).
 from __future__ import annotations
 
 import json
+import math
 import operator
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -39,7 +40,7 @@ import numpy as np
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import join_key
 from rlds_cli.errors import MixtureError
-from rlds_cli.loader.normalization import NormalizationStats
+from rlds_cli.loader.normalization import NormalizationStats, json_ready
 
 _FORMAT = "rlds-normalization-table"
 _VERSION = 1
@@ -90,17 +91,6 @@ def _entry(
     return out
 
 
-def _json_ready(value: np.ndarray | None) -> Any:
-    """Nested lists, each value that is not finite (NaN: a key with no finite value) as ``null``:
-    JSON has no NaN (``json.dumps`` would write a token other readers refuse)."""
-    if value is None:
-        return None
-    numbers = np.asarray(value, np.float64)
-    array = numbers.astype(object)
-    array[~np.isfinite(numbers)] = None
-    return array.tolist()
-
-
 #: One ``Normalize``'s share of a source's entry: its statistics (keys in the mixture's names),
 #: the name each key is stored under in the dataset they came from, and that dataset (``None``:
 #: statistics given as numbers).
@@ -146,6 +136,12 @@ class NormalizationTable:
     def __init__(self, data: Mapping[str, Any]) -> None:
         if not isinstance(data, Mapping) or data.get("format") != _FORMAT:
             raise MixtureError("not a normalization table: no 'format': 'rlds-normalization-table'")
+        if data.get("version") != _VERSION:
+            raise MixtureError(
+                f"the normalization table is of version {data.get('version')!r}; this rlds reads version "
+                f"{_VERSION}",
+                hint="write it again with this rlds ('rlds stats ... --normalization-table')",
+            )
         sources = data.get("sources")
         if not isinstance(sources, Mapping) or not sources:
             raise MixtureError("the normalization table has no 'sources'")
@@ -179,7 +175,7 @@ class NormalizationTable:
                     value = s.get(stat)
                     if value is None and stat in ("mean", "std") and stat in s and not shape:
                         value = float("nan")  # written as null: a scalar key with no finite value
-                    array = None if value is None else np.asarray(value, np.float64)
+                    array = None if value is None else _stored_numbers(value, f"{stat} of key {key!r}")
                     if array is not None and array.shape != shape:
                         raise ValueError(f"{stat} of key {key!r} is not of shape {shape}")
                     arrays[stat] = array
@@ -187,6 +183,13 @@ class NormalizationTable:
                     raise ValueError(f"key {key!r} has no mean or std")
                 if (arrays["std"] < 0).any():
                     raise ValueError(f"the std of key {key!r} has negative values")
+                for low, high in (("min", "max"), ("q01", "q99")):
+                    if (
+                        arrays[low] is not None
+                        and arrays[high] is not None
+                        and (arrays[low] > arrays[high]).any()
+                    ):
+                        raise ValueError(f"the {low} of key {key!r} is above its {high}")
                 keys[str(key)] = {"shape": shape, "eps": float(eps), **arrays}
             return {"index": index, "dataset": str(entry.get("dataset", "")),
                     "statistics_of": str(entry.get("statistics_of", "")), "keys": keys}  # fmt: skip
@@ -334,7 +337,7 @@ class NormalizationTable:
             keys = {}
             for key, s in e["keys"].items():
                 keys[key] = {"shape": list(s["shape"]), "eps": s["eps"]}
-                keys[key].update({n: _json_ready(s[n]) for n in _STATS})
+                keys[key].update({n: json_ready(s[n]) for n in _STATS})
             sources[name] = {"index": e["index"], "dataset": e["dataset"],
                              "statistics_of": e["statistics_of"], "keys": keys}  # fmt: skip
         return {"format": _FORMAT, "version": _VERSION, "sources": sources}
@@ -359,12 +362,32 @@ class NormalizationTable:
             data = json.loads(source.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise MixtureError(f"{source} is not a normalization table (not JSON: {exc})") from None
+        except RecursionError:
+            raise MixtureError(f"{source} is not a normalization table (JSON nested too deep)") from None
         except (IsADirectoryError, NotADirectoryError) as exc:
             raise MixtureError(f"{source} is not a normalization table ({exc.strerror})") from None
         try:
             return cls(data)
         except MixtureError as exc:
             raise MixtureError(f"{source}: {exc.message}") from None
+
+
+def _stored_numbers(value: Any, what: str) -> np.ndarray:
+    """A statistic as the table stores it (a number or nested lists of numbers; ``null`` for a
+    value that was not finite) as float64; ``ValueError`` for anything else, infinities included
+    (a saved table writes them as ``null``). An array (a table made in memory) is taken as it is."""
+    if isinstance(value, np.ndarray | np.generic):
+        return np.asarray(value, np.float64)
+
+    def check(x: Any) -> None:
+        if isinstance(x, list):
+            for item in x:
+                check(item)
+        elif x is not None and (isinstance(x, bool) or not isinstance(x, int | float) or math.isinf(x)):
+            raise ValueError(f"{what} holds {x!r}, not a finite number (or null)")
+
+    check(value)
+    return np.asarray(value, np.float64)
 
 
 def _numbers(x: Any, key: str) -> np.ndarray:

@@ -18,7 +18,13 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch, join_key
-from rlds_cli.loader.normalization import DEFAULT_EPS, NormalizationStats, compute_stats, statistics_dataset
+from rlds_cli.loader.normalization import (
+    DEFAULT_EPS,
+    NormalizationStats,
+    checked_eps,
+    compute_stats,
+    statistics_dataset,
+)
 from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
 
@@ -74,7 +80,7 @@ class Normalize:
         self.keys = [join_key(k) for k in keys] if keys is not None else ["observation"]
         if eps is None:
             eps = stats.eps if isinstance(stats, NormalizationStats) else DEFAULT_EPS
-        self.eps = float(eps)
+        self.eps = checked_eps(eps)
         self.statistics: NormalizationStats | None = None
         self.stats: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
         self.source = ""

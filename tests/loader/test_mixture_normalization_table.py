@@ -109,6 +109,36 @@ def test_table_refusals_name_what(mix: MixtureLoader, tmp_path: Path) -> None:
         NormalizationTable.load(tmp_path / "missing.json")
 
 
+def test_hand_edited_tables_that_would_give_inf_or_reversed_bounds_are_refused(
+    mix: MixtureLoader, tmp_path: Path
+) -> None:
+    """Each loaded before, then un-normalized to inf, NaN or from reversed bounds."""
+    saved = json.loads(NormalizationTable(mix.normalization_table()).save(tmp_path / "t.json").read_text())
+    action = saved["sources"]["franka"]["keys"]["action"]
+    width = len(action["mean"])
+    edits = [
+        (("mean", [1e400] * width), "holds inf, not a finite number"),
+        (("std", ["1"] * width), "holds '1', not a finite number"),
+        (("mean", [True] * width), "holds True, not a finite number"),
+        (("q01", [x + 1e6 for x in action["q99"]]), "the q01 of key 'action' is above its q99"),
+        (("min", [x + 1 for x in action["max"]]), "the min of key 'action' is above its max"),
+    ]
+    bad = tmp_path / "bad.json"
+    for (stat, value), match in edits:
+        edited = json.loads(json.dumps(saved))
+        edited["sources"]["franka"]["keys"]["action"][stat] = value
+        bad.write_text(json.dumps(edited).replace("Infinity", "1e400"))
+        with pytest.raises(MixtureError, match=match):
+            NormalizationTable.load(bad)
+    for version in (2, "x"):
+        bad.write_text(json.dumps({**saved, "version": version}))
+        with pytest.raises(MixtureError, match=f"of version {version!r}; this rlds reads version 1"):
+            NormalizationTable.load(bad)
+    bad.write_text("[" * 100_000 + "]" * 100_000)  # was a bare RecursionError
+    with pytest.raises(MixtureError, match="JSON nested too deep"):
+        NormalizationTable.load(bad)
+
+
 def test_from_datasets_matches_the_mixture(mix: MixtureLoader, robots: dict[str, Dataset]) -> None:
     table = NormalizationTable.from_datasets(list(robots.values()), KEYS)
     assert table.to_dict()["sources"] == mix.normalization_table()["sources"]

@@ -69,6 +69,28 @@ def test_save_and_load_round_trip(ds: Dataset, tmp_path: Path, suffix: str) -> N
     np.testing.assert_array_equal(via_file["observation"].numpy(), direct["observation"].numpy())
 
 
+def test_statistics_given_as_numbers_save_strict_json(tmp_path: Path) -> None:
+    """Without min and max (statistics given as numbers) the file held bare NaN tokens."""
+    import json
+
+    stats = NormalizationStats.from_mapping({"action": {"mean": np.zeros(2), "std": np.ones(2)}}, ["action"])
+    path = stats.save(tmp_path / "s.json")
+    json.loads(path.read_text(), parse_constant=lambda name: pytest.fail(f"{name} in the file"))
+    back = NormalizationStats.load(path)
+    assert np.isnan(back.min["action"]).all() and back.std["action"].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("eps", [float("nan"), -1e-6, float("inf"), "x", True])
+def test_an_eps_that_is_not_a_finite_number_from_0_is_refused(eps: object) -> None:
+    """A NaN eps made every value NaN; a negative one trained silently, then the table refused it."""
+    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+        Normalize(keys=["action"], eps=eps)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+        NormalizationStats.from_mapping(
+            {"action": {"mean": np.zeros(2), "std": np.ones(2)}}, ["action"], eps=eps
+        )  # type: ignore[arg-type]
+
+
 def test_a_path_without_suffix_is_saved_as_npz(ds: Dataset, tmp_path: Path) -> None:
     written = NormalizationStats.from_dataset(ds).save(tmp_path / "stats")
     assert written == tmp_path / "stats.npz" and written.is_file()
