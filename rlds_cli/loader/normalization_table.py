@@ -184,11 +184,8 @@ class NormalizationTable:
                 if (arrays["std"] < 0).any():
                     raise ValueError(f"the std of key {key!r} has negative values")
                 for low, high in (("min", "max"), ("q01", "q99")):
-                    if (
-                        arrays[low] is not None
-                        and arrays[high] is not None
-                        and (arrays[low] > arrays[high]).any()
-                    ):
+                    below, above = arrays[low], arrays[high]
+                    if below is not None and above is not None and (below > above).any():
                         raise ValueError(f"the {low} of key {key!r} is above its {high}")
                 keys[str(key)] = {"shape": shape, "eps": float(eps), **arrays}
             return {"index": index, "dataset": str(entry.get("dataset", "")),
