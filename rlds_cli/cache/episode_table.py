@@ -325,13 +325,13 @@ def parse_episode_list(spec: str | Sequence[int], num_episodes: int) -> np.ndarr
         for part in (p.strip() for p in spec.split(",")):
             if not part:
                 continue
-            m = re.fullmatch(r"(-?\d+)\s*-\s*(-?\d+)", part)
+            m = re.fullmatch(r"(-?[0-9]+)\s*-\s*(-?[0-9]+)", part)  # ASCII digits: int() takes others
             if m is not None:
                 a, b = (_position(_integer(g, spec), num_episodes, spec) for g in m.groups())
                 if b < a:
                     raise InvalidSelectionError(f"episode range {part!r} runs backwards", hint=_LIST_HINT)
                 chosen[a : b + 1] = True
-            elif re.fullmatch(r"-?\d+", part):
+            elif re.fullmatch(r"-?[0-9]+", part):
                 chosen[_position(_integer(part, spec), num_episodes, spec)] = True
             else:
                 raise InvalidSelectionError(
@@ -453,7 +453,7 @@ class _Parser:
             raise self.fail("the predicate is empty")
         node = self.or_()
         if self.i < len(self.toks):
-            raise self.fail(f"unexpected {self.toks[self.i][1]!r} at token {self.i + 1}")
+            raise self.fail(f"{self.toks[self.i][1]!r} at token {self.i + 1} does not belong there")
         return node
 
     def or_(self) -> Node:
@@ -527,7 +527,7 @@ class _Parser:
                 raise self.fail(f"no column {value!r}; the columns are {', '.join(sorted(self.columns))}")
             self.used.add(value)
             return lambda get: get(value)
-        raise self.fail(f"unexpected {value!r} at token {self.i}")
+        raise self.fail(f"{value!r} at token {self.i} is no number, column or '('")
 
 
 def _number(values: Any) -> Any:

@@ -664,7 +664,7 @@ def _weights_setting(weights: Any) -> str:
         if isinstance(weights, Mapping):
             return repr({str(k): float(v) for k, v in sorted(weights.items())})
         return repr([float(w) for w in weights]) if not isinstance(weights, str) else repr(weights)
-    except (TypeError, ValueError):  # weights relative to size ("size", {name: "size"}): as given
+    except (TypeError, ValueError, OverflowError):  # relative to size ("size", ...) or 10**400: as given
         return repr(weights)
 
 

@@ -55,6 +55,13 @@ def test_a_position_of_thousands_of_digits_is_outside_the_dataset() -> None:
             parse_episode_list(spec, 3)
 
 
+@pytest.mark.parametrize("spec", ["\uff11", "\u0663", "0-\uff12", "\u0661,2"])
+def test_positions_are_ascii_digits(spec: str) -> None:
+    """Python's \\d and int() take any script's digits: '\uff11' (fullwidth 1) chose episode 1."""
+    with pytest.raises(InvalidSelectionError, match="is no episode position or range"):
+        parse_episode_list(spec, 5)
+
+
 @pytest.mark.parametrize(
     "text",
     [

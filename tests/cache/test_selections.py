@@ -88,7 +88,8 @@ def test_where_over_the_episode_table(ted: Dataset) -> None:
     [
         ("lenght > 3", "no column 'lenght'; the columns are"),
         ("length >", "it ends too early"),
-        ("length > 3 )", "unexpected ')'"),
+        ("length > 3 )", "')' at token 4 does not belong there"),
+        ("length ** 2 > 1", "'*' at token 3 is no number, column or '('"),
         ("(length > 3", "a '(' is not closed"),
         ("length $ 3", "cannot read '$ 3'"),
         ("length + 1", "is a number, not a condition"),

@@ -103,3 +103,5 @@ def test_numbers_at_float64_s_edges_are_weights_or_one_line(robots: dict[str, Da
         check_weights([10**400, 1, 1], 3)
     mix = MixtureLoader(robots, [1e308, 1e308, 1e308], batch_size=30, seed=0, keys=["action"], pad=True)
     assert len(mix.sample()["action"]) == 30
+    with pytest.raises(ValueError, match="finite non-negative numbers"):  # a raw OverflowError before
+        MixtureLoader(robots, [10**400, 1, 1], batch_size=30, seed=0, keys=["action"], pad=True)
