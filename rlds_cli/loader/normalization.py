@@ -77,12 +77,31 @@ def compute_stats(
 
 
 def statistics_dataset(dataset: Dataset) -> Dataset:
-    """The dataset whose statistics normalize ``dataset`` by default: the parent of a view (so
-    validation data is never normalized with its own statistics), else the dataset itself."""
-    from rlds_cli.cache.layout import VIEW_LAYOUT
+    """The dataset whose statistics normalize ``dataset`` by default: the parent of a view or of a
+    selection of a merge or trim (so validation data is never normalized with its own
+    statistics), else the dataset itself.
+
+    Raises:
+        CorruptDatasetError: That parent is gone or was replaced since (its statistics are
+            another dataset's).
+    """
+    from rlds_cli.cache.composed import open_directory
+    from rlds_cli.cache.dataset import pinned_parent
+    from rlds_cli.cache.layout import COMPOSED_LAYOUT, VIEW_LAYOUT
     from rlds_cli.cache.views import ViewSpec
 
-    if dataset.manifest.layout != VIEW_LAYOUT:
+    manifest = dataset.manifest
+    if manifest.layout == COMPOSED_LAYOUT and manifest.source.get("op") == "select" and manifest.lineage:
+        made_of = manifest.lineage[0]
+        parent_dir, parent = pinned_parent(
+            dataset.directory.parent, f"dataset {dataset.name!r}", str(made_of.get("name")),
+            str(made_of.get("digest")),
+            remove_hint="normalize with its own statistics (NormalizationStats.from_dataset(..., of='self'))",
+            remake_hint="make the selection again from the new version, or normalize with its own "
+            "statistics (NormalizationStats.from_dataset(..., of='self'))",
+        )  # fmt: skip
+        return open_directory(parent_dir, parent)
+    if manifest.layout != VIEW_LAYOUT:
         return dataset
     dataset.column(next(iter(dataset.manifest.fields)))  # raises unless the parent is there, unchanged
     spec = ViewSpec.from_manifest(dataset.manifest)

@@ -121,6 +121,29 @@ def test_a_views_statistics_are_its_parents(ds: Dataset) -> None:
         NormalizationStats.from_dataset(val, of="train")
 
 
+def test_a_split_of_a_trim_is_normalized_with_the_trims_statistics(ds: Dataset) -> None:
+    """A split of a composed dataset (trim, merge) is a selection of it: it was normalized with
+    its own statistics, and 'rlds stats' wrote them."""
+    from rlds_cli.cache.compose import trim_dataset
+    from rlds_cli.errors import CorruptDatasetError
+
+    trim_dataset("ted", "cut", start=1)
+    split_dataset("cut", 0.5)
+    val = open_dataset("cut-val")
+    got = NormalizationStats.from_dataset(val)
+    np.testing.assert_array_equal(
+        got.mean["observation"], compute_stats(open_dataset("cut"))["observation"]["mean"]
+    )
+    assert got.source == "dataset 'cut' (the parent of view 'cut-val')"
+    norm = Normalize()
+    Loader("cut-val", 4, seed=0, transform=norm, keys=["observation"]).sample()
+    assert norm.statistics is not None and norm.statistics.source == got.source
+    trim_dataset("ted", "cut", start=2, replace=True)  # the selection still reads its parts
+    with pytest.raises(CorruptDatasetError, match="its parent 'cut' was replaced since it was made"):
+        NormalizationStats.from_dataset("cut-val")
+    assert NormalizationStats.from_dataset("cut-val", of="self").source == "dataset 'cut-val'"
+
+
 def test_mismatched_tables_are_refused() -> None:
     with pytest.raises(ValueError, match="'std' has keys"):
         NormalizationStats(mean={"a": [0.0]}, std={}, min={"a": [0.0]}, max={"a": [0.0]})
