@@ -428,9 +428,10 @@ def _window_sums(source: Dataset, key: str, rows: np.ndarray, starts: np.ndarray
     """
     if rows.dtype.kind == "f":
         with np.errstate(over="ignore"):  # an overflow is refused below
-            sums = np.add.reduceat(rows, starts, axis=0)
-        exact = np.isfinite(sums) | ~np.isfinite(np.add.reduceat(rows.astype(np.float64), starts, axis=0))
-        wide = sums
+            wide = sums = np.add.reduceat(rows, starts, axis=0)
+        exact = np.isfinite(sums)
+        if not exact.all():  # infinite where the rows were, or an overflow of the stored dtype
+            exact |= ~np.isfinite(np.add.reduceat(rows.astype(np.float64), starts, axis=0))
     else:
         wide = np.add.reduceat(rows.astype(np.int64), starts, axis=0)
         sums = wide.astype(rows.dtype)

@@ -204,9 +204,8 @@ def collect_garbage(
     if raw:
         found.extend(_orphaned_raw(cache, dry_run=dry_run))
     if cache.datasets_dir.is_dir():
-        headless = set(manifestless_datasets(cache))
         for child in sorted(cache.datasets_dir.iterdir()):
-            if child.is_dir() and not (child / MANIFEST_FILE).exists() and child not in headless:
+            if child.is_dir() and not (child / MANIFEST_FILE).exists() and not _holds_files(child):
                 found.append(child)
                 if not dry_run:
                     shutil.rmtree(child, ignore_errors=True)
@@ -222,10 +221,13 @@ def manifestless_datasets(cache: CacheRoot) -> list[Path]:
     return [
         child
         for child in sorted(cache.datasets_dir.iterdir())
-        if child.is_dir()
-        and not (child / MANIFEST_FILE).exists()
-        and any(p.is_file() or p.is_symlink() for p in child.rglob("*"))
+        if child.is_dir() and not (child / MANIFEST_FILE).exists() and _holds_files(child)
     ]
+
+
+def _holds_files(folder: Path) -> bool:
+    """Whether ``folder`` holds a file or link at any depth (empty folders alone are a leftover)."""
+    return any(p.is_file() or p.is_symlink() for p in folder.rglob("*"))
 
 
 def interrupted_jobs(cache: CacheRoot) -> list[Path]:
