@@ -187,6 +187,8 @@ def scan(dataset: Any, key: str, *, quantiles: bool = False) -> Partial | None:
     Returns:
         The merged :class:`Partial`, ``None`` for an empty dataset.
     """
+    if not len(dataset.episode_index["length"]):  # a growing dataset before its first episode
+        return None
     column = dataset.column(key)
     spec = dataset.manifest.fields[key]
     # each episode's final observation, left out of a flat key (O(episodes), not a mask per row)

@@ -67,7 +67,7 @@ from rlds_cli.loader.run_state import (
 from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
 from rlds_cli.loader.tensors import DtypePolicy, FloatDtype
-from rlds_cli.loader.windows import Windows
+from rlds_cli.loader.windows import PAD_SUFFIX, Windows
 
 
 class MixtureSource:
@@ -668,7 +668,8 @@ def _weights_setting(weights: Any) -> str:
         return repr(weights)
 
 
-#: Names a batch of a mixture writes itself (and the suffix of its masks): never a rename's target.
+#: Names a batch of a mixture writes itself (and the suffixes of its masks and windows' padding
+#: flags): never a rename's target.
 _RESERVED = ("index", "source")
 
 
@@ -691,7 +692,7 @@ def _checked_rename(name: str, mapping: Any, ds: Dataset) -> dict[str, str]:
     targets = list(out.values())
     twice = sorted({t for t in targets if targets.count(t) > 1})
     kept = sorted(t for t in targets if t in stored and t not in out)
-    reserved = sorted(t for t in targets if t in _RESERVED or t.endswith(MASK_SUFFIX))
+    reserved = sorted(t for t in targets if t in _RESERVED or t.endswith((MASK_SUFFIX, PAD_SUFFIX)))
     for found, what in ((twice, "two of its keys onto"), (kept, "a key onto one it keeps:"),
                         (reserved, "a key onto a name the mixture writes itself:")):  # fmt: skip
         if found:

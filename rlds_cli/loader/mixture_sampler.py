@@ -190,7 +190,8 @@ def check_weights(weights: Any, count: int) -> np.ndarray:
     with a positive sum."""
     try:
         w = np.asarray(weights, np.float64)
-        if np.asarray(weights).dtype == bool:  # True/False are no weights (a mask meant otherwise?)
+        # True/False are no weights (a mask meant otherwise?), nor are "1", "2" (numpy parses them)
+        if np.asarray(weights).dtype.kind in "bUS":
             w = np.full(count + 1, np.nan)
     except (TypeError, ValueError, OverflowError):  # strings, None, ragged, past float64: not weights
         w = np.full(count + 1, np.nan)

@@ -252,11 +252,12 @@ class PadSchema:
             out[key] = arr
             if spec is not None and spec.masks is not None:
                 mask = spec.masks.take(source, axis=0)
-                for i, rows, given in parts:  # a transform changed the width: its rows' real part
+                for i, rows, given in parts:  # a transform changed the width or dropped the key
                     own = given[key].shape[1:] if key in given else None
-                    if own is not None and own != spec.shapes[i]:
+                    if own != spec.shapes[i]:
                         mask[rows] = False
-                        mask[(rows, *(slice(0, n) for n in own))] = True
+                        if own is not None:
+                            mask[(rows, *(slice(0, n) for n in own))] = True
                 out[key + MASK_SUFFIX] = mask
         return out
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from rlds_cli._util.io import sha256_file
 from rlds_cli.cache.commit_log import segment_damage_hint
+from rlds_cli.cache.composed import parts_of
 from rlds_cli.cache.layout import SOURCE_ARRAYS_FILE
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog import registry
@@ -198,7 +199,26 @@ def _provenance_checks(
             gone_hint=f"remove the view ('rlds rm {manifest.name} --yes')",
             gone_fails=True,
         )
-    if kind in ("preprocessed", "composed", "downsampled"):
+    if kind == "composed":
+        # it reads its parts' parents (a selection of a merge: the merge's), each at a pinned version;
+        # an ancestor it does not read (the merge itself) may be replaced or gone without harm
+        parts = {(part.parent, part.parent_digest): None for part in parts_of(manifest)}
+        out = []
+        for parent, digest in parts:
+            out += _parent_checks(
+                cache, parent, digest, None, what="it reads", hint=_redo_hint(kind, manifest),
+                gone_hint=f"remove it ('rlds rm {manifest.name} --yes')", gone_fails=True,
+            )  # fmt: skip
+        read = {parent for parent, _ in parts}
+        for entry in manifest.lineage:
+            if entry.get("name") not in read:
+                out += _parent_checks(
+                    cache, str(entry.get("name")), entry.get("digest"), entry.get("created_at"),
+                    what="it was derived from", hint="", gone_hint=None, gone_fails=False,
+                    unread=True,
+                )  # fmt: skip
+        return out
+    if kind in ("preprocessed", "downsampled"):
         out = []
         for parent in manifest.lineage:
             out += _parent_checks(
@@ -208,8 +228,8 @@ def _provenance_checks(
                 parent.get("created_at"),
                 what="it was derived from",
                 hint=_redo_hint(kind, manifest),
-                gone_hint=f"remove it ('rlds rm {manifest.name} --yes')" if kind == "composed" else None,
-                gone_fails=kind == "composed",  # its arrays are its parents'
+                gone_hint=None,
+                gone_fails=False,
             )
         return out
     return []
@@ -225,10 +245,12 @@ def _parent_checks(
     hint: str,
     gone_hint: str | None,
     gone_fails: bool,
+    unread: bool = False,
 ) -> list[dict[str, Any]]:
     """The parent exists and its manifest digest is the one recorded (the same version).
 
-    A parent gone fails when ``gone_fails`` (the dataset reads the parent's arrays), else is skipped."""
+    A parent gone fails when ``gone_fails`` (the dataset reads the parent's arrays), else is skipped;
+    a replaced one is skipped when ``unread`` (an ancestor whose arrays the dataset does not read)."""
     label = f"parent {parent}"
     if not cache.exists(parent):
         if gone_fails:
@@ -252,15 +274,14 @@ def _parent_checks(
     elif current.digest() == digest:
         out.append(_check(version, "pass", f"the version {what}: {recorded}"))
     else:
-        out.append(
-            _check(
-                version,
-                "fail",
-                f"it was replaced since: it is now manifest {current.digest()[:12]}, "
-                f"written at {current.created_at}; {what} {recorded}",
-                hint,
-            )
+        replaced = (
+            f"it was replaced since: it is now manifest {current.digest()[:12]}, "
+            f"written at {current.created_at}; {what} {recorded}"
         )
+        if unread:
+            out.append(_check(version, "skipped", replaced + " (the dataset does not read it)"))
+        else:
+            out.append(_check(version, "fail", replaced, hint))
     return out
 
 

@@ -183,6 +183,12 @@ def test_a_selection_of_a_replaced_merge_still_protects_the_parents_it_reads(ab:
     replace = invoke("view", "pick", "-e", "0", "-n", "a2", "--force")
     refused(replace, "dataset 'a2' cannot be replaced by a dataset made from it", hint=True, published=every)
     ok("inspect", "pick", "--check")
+    # verify checks the parents it reads (it failed on the replaced merge, which it does not read)
+    checks = {c["check"]: c["status"] for c in ok_json("verify", "pick")["checks"]}
+    assert checks["parent a2 version"] == checks["parent b version"] == "pass"
+    assert checks["parent m version"] == "skipped"
+    ok("view", "a", "-e", "0:1", "-n", "a2", "--force")
+    assert invoke("verify", "pick").exit_code == 1
 
 
 def test_a_shaping_command_that_replaces_a_parent_names_what_now_refuses_to_read(ab: None) -> None:

@@ -104,3 +104,6 @@ def test_keys_of_several_axes_and_values_that_are_not_finite(isolated_cache: Pat
     rlds_cli.DatasetWriter("empty", root=isolated_cache, schema=rlds_cli.open_dataset("grid").fields).close()
     result = invoke("stats", "empty")
     assert result.exit_code == 1 and "dataset 'empty' has no steps to compute statistics of" in result.stderr
+    # the loader's Normalize says the same (it said "episodes must be a non-empty list")
+    with pytest.raises(ValueError, match="dataset 'empty' has no steps to compute statistics of"):
+        Normalize().bind(rlds_cli.open_dataset("empty"))

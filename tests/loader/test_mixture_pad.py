@@ -193,6 +193,7 @@ def test_renames_that_would_hide_or_lose_values_are_refused(
         ({"b": {"wrist": "observation"}}, "a key onto one it keeps: ['observation']"),
         ({"b": {"wrist": "wrist_pad_mask"}}, "a name the mixture writes itself"),
         ({"b": {"next/reward": "source"}}, "a name the mixture writes itself"),
+        ({"b": {"wrist": "action_is_pad"}}, "a name the mixture writes itself"),
         ({"b": {"obsevation": "state"}}, "names ['obsevation'], which source 'b' does not store"),
         ({"b": ["wrist"]}, "rename['b'] is list"),
         ({"b": {"wrist": 3}}, "maps 'wrist' to 3"),
@@ -387,6 +388,23 @@ def test_a_transform_that_changes_a_padded_width_gets_its_own_mask(robots: dict[
         )
         with pytest.raises(MixtureError, match=match):
             mix.sample()
+
+
+def test_a_transform_that_drops_a_padded_key_masks_its_rows_false(robots: dict[str, Dataset]) -> None:
+    """franka's transform drops ``action``: its rows are zeros, and their mask was True (the
+    stored width's), so a masked loss trained on the zeros as real actions."""
+
+    def drop(batch: TedBatch) -> TedBatch:
+        del batch["action"]
+        return batch
+
+    mix = MixtureLoader(robots, [1, 1, 1], batch_size=64, seed=0, keys=KEYS, pad=True,
+                        transforms={"franka": drop})  # fmt: skip
+    batch = mix.sample()
+    src, mask, action = batch["source"].numpy(), batch["action_pad_mask"].numpy(), batch["action"].numpy()
+    franka = src == 0
+    assert franka.any() and not mask[franka].any() and (action[franka] == 0).all()
+    assert mask[src == 2].all()
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "per-source"])
