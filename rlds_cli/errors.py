@@ -72,7 +72,7 @@ class DatasetExistsError(CacheError, FileExistsError):
 class CorruptDatasetError(CacheError, OSError):
     """A published dataset whose files do not match its manifest."""
 
-    default_hint = "remove it and convert it again ('rlds download ... --force')"
+    default_hint = "run 'rlds verify NAME' on it: it names every damaged file and how to make it again"
 
 
 class DatasetReplacedError(CacheError, OSError):

@@ -248,10 +248,14 @@ class ComposedDataset(Dataset):
         return Instructions(texts, key, None, np.concatenate(tables), tuple(maps))
 
     def check_files(self) -> list[str]:
-        """Every parent's files at full size (see :meth:`Dataset.check_files`)."""
-        problems = [f"parent {ds.name!r}: {p}" for ds in self.segment_datasets() for p in ds.check_files()]
+        """Every parent's files at full size (see :meth:`Dataset.check_files`); a file two parents
+        read (two views of one dataset) is named once."""
+        found: dict[str, str] = {}
+        for ds in self.segment_datasets():
+            for problem in ds.check_files():
+                found.setdefault(problem, ds.name)
         self._check_not_replaced()
-        return problems
+        return [f"parent {name!r}: {problem}" for problem, name in found.items()]
 
     def _part_rows(self, p: int, storage: str) -> np.ndarray:
         rows = self._rows.get((p, storage))

@@ -362,7 +362,7 @@ def _split_by_list(
     _refuse_growing(opened.manifest.layout, parent)
     total = opened.num_episodes
     spec = val_episodes if isinstance(val_episodes, str) else [int(i) for i in val_episodes]
-    chosen = parse_episode_list(spec, total)
+    chosen = parse_episode_list(spec, total, option="--val-episodes")
     if len(chosen) >= total:
         raise InvalidSelectionError(
             f"--val-episodes names all {total} episodes of {parent!r}: nothing is left for training",

@@ -272,7 +272,8 @@ def check_digests(
             checked=sorted(
                 {key for r in reports for key in r.checked if key != "episodes" or noun == "segment"}
             ),
-            problems=[problem for r in reports for problem in r.problems],
+            # a file two parts read (two views of one dataset) is one problem
+            problems=list(dict.fromkeys(problem for r in reports for problem in r.problems)),
             scope=f"its {len(reports)} {noun}{'s' if len(reports) != 1 else ''}",
         )
         if noun == "segment":

@@ -304,10 +304,12 @@ _LIST_HINT = "episodes are a list of positions and ranges, e.g. 0,5,9-20 (or one
 _WHERE_HINT = "e.g. --where \"length >= 50 and return > 100\" (columns: see 'rlds inspect')"
 
 
-def parse_episode_list(spec: str | Sequence[int], num_episodes: int) -> np.ndarray:
+def parse_episode_list(
+    spec: str | Sequence[int], num_episodes: int, *, option: str = "--episodes"
+) -> np.ndarray:
     """``"0,5,9-20"`` (positions and inclusive ranges ``A-B``, negative positions counting from
     the end), one range ``"A:B"`` (Python slice rules, as ``rlds view`` takes it) or a sequence of
-    ints -> the distinct positions, ascending (int64).
+    ints -> the distinct positions, ascending (int64). ``option`` names the flag in errors.
 
     Raises:
         InvalidSelectionError: A part is no number or range, a position is outside the dataset,
@@ -335,7 +337,7 @@ def parse_episode_list(spec: str | Sequence[int], num_episodes: int) -> np.ndarr
                 chosen[_position(_integer(part, spec), num_episodes, spec)] = True
             else:
                 raise InvalidSelectionError(
-                    f"{part!r} in --episodes {spec!r} is no episode position or range", hint=_LIST_HINT
+                    f"{part!r} in {option} {spec!r} is no episode position or range", hint=_LIST_HINT
                 )
         ids = np.flatnonzero(chosen).astype(np.int64)
     elif isinstance(spec, range):  # range(0, 10**12): checked at its ends, never listed
@@ -358,7 +360,7 @@ def parse_episode_list(spec: str | Sequence[int], num_episodes: int) -> np.ndarr
         ids = np.array([_position(int(i), num_episodes, "episodes") for i in raw.reshape(-1)], np.int64)
     ids = np.unique(ids)
     if len(ids) == 0:
-        raise InvalidSelectionError(f"--episodes {spec!r} selects no episode", hint=_LIST_HINT)
+        raise InvalidSelectionError(f"{option} {spec!r} selects no episode", hint=_LIST_HINT)
     return ids
 
 

@@ -38,9 +38,10 @@ _OPTIONAL_TYPES: dict[str, type] = {
 
 
 def damage_hint(name: str) -> str:
-    """What to do about a damaged dataset called ``name``."""
+    """What to do about a damaged dataset called ``name`` (of any kind: ``rlds verify`` names the
+    command that makes that kind again)."""
     return (
-        f"run 'rlds verify {name}' to see every check, then rebuild it ('rlds download ... --force') "
+        f"run 'rlds verify {name}': it names every damaged file and how to make this dataset again; "
         f"or remove it ('rlds rm {name}')"
     )
 

@@ -46,17 +46,33 @@ def remove_dataset(cache: CacheRoot, name: str, *, force: bool = False) -> Path:
         raise DatasetNotFoundError(f"no dataset named {name!r} in the cache at {cache.path}")
     children = children_of(cache, name)
     if children and not force:
-        raise _in_use(name, sorted(children))
+        raise _in_use(cache, [name], sorted(children))
     cache.remove(name)
     return directory
 
 
-def _in_use(name: str, children: list[str]) -> DatasetInUseError:
-    """The refusal to remove ``name``, which ``children`` were made from."""
+def _in_use(cache: CacheRoot, names: list[str], children: list[str]) -> DatasetInUseError:
+    """The refusal to remove ``names[0]`` (of ``names``, the datasets being removed), which
+    ``children`` were made from: the hint's command names every dataset made from them, at any
+    depth, and says which of them --force leaves unreadable."""
+    name = names[0]
+    among = set(names)
+    every: dict[str, None] = {}
+    pending = list(children)
+    while pending:  # each dataset made from one being removed, and those made from it
+        child = pending.pop(0)
+        if child not in every and child not in among:
+            every[child] = None
+            pending += children_of(cache, child)
+    reading = sorted(c for c in children if c in children_of(cache, name, reading=True))
+    if reading:
+        effect = f"leave {', '.join(reading)} unreadable"
+    else:  # copies (preprocessed, downsampled) keep their own arrays
+        effect = "remove it anyway (copies made from it keep their own data)"
     return DatasetInUseError(
         f"dataset {name!r} is the parent of {', '.join(children)}",
-        hint=f"remove them with it ('rlds rm {name} {' '.join(children)} --yes'), or pass --force to "
-        "leave them unreadable",
+        hint=f"remove them with it ('rlds rm {' '.join(names)} {' '.join(every)} --yes'), or pass --force "
+        f"to {effect}",
     )
 
 
@@ -103,7 +119,7 @@ def plan_removal(cache: CacheRoot, names: list[str], *, force: bool = False) -> 
         for name in targets:
             others = sorted(set(children_of(cache, name)) - among)
             if others:
-                raise _in_use(name, others)
+                raise _in_use(cache, [name, *(n for n in targets if n != name)], others)
     return RemovalPlan(targets, {n: raw_folder_of(cache, n) for n in targets})
 
 

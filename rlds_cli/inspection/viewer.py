@@ -206,7 +206,9 @@ class EpisodeContent:
         self.ds = ds
         self.positions = _positions(ds, episodes)
         if fps is not None and not (math.isfinite(fps) and fps > 0):
-            raise InvalidSelectionError(f"fps must be above 0, got {fps}", hint="e.g. --fps 30")
+            raise InvalidSelectionError(
+                f"fps must be a finite number above 0, got {fps}", hint="e.g. --fps 30"
+            )
         self.fps = float(fps) if fps is not None else dataset_fps(ds) or DEFAULT_FPS
         self.roles = KeyRoles.of(ds)
         self.notes: list[str] = []

@@ -407,11 +407,11 @@ def _dataset_checks(
         return [*out, _check("content digests", "skipped", NOT_RECORDED)]
     if not report.recorded:  # a view of a parent written by an older rlds
         out.append(_check("content digests of the parent's arrays", "skipped", NOT_RECORDED))
-    parent = manifest.source.get("parent") if kind == "view" else None
     for problem in report.problems:
         hint = redo
-        if parent is not None and problem.key not in ("episodes", "source_arrays"):  # the parent's data
-            hint = f"the parent {parent!r} changed on disk: 'rlds verify {parent}' says how to rebuild it"
+        owner = _owner(cache, problem.path)
+        if owner is not None and owner != name:  # a parent's file (a view's, a merge's): remake that one
+            hint = f"the file is {owner!r}'s, changed on disk: 'rlds verify {owner}' says how to remake it"
         out.append(
             _check(f"content digest of {problem.key}", "fail", f"{problem.path}: {problem.message}", hint)
         )
@@ -425,6 +425,21 @@ def _dataset_checks(
             _check("content digests", "pass", f"the digests of {listed} match those recorded at write")
         )
     return out
+
+
+def _owner(cache: CacheRoot, path: Path) -> str | None:
+    """The name of the cached dataset whose folder holds ``path`` (``None``: outside the cache)."""
+    from rlds_cli.cache.manifest import read_manifest
+    from rlds_cli.errors import CorruptDatasetError
+
+    try:
+        folder = cache.datasets_dir / Path(path).relative_to(cache.datasets_dir).parts[0]
+    except (ValueError, IndexError):
+        return None
+    try:
+        return read_manifest(folder).name
+    except (OSError, CorruptDatasetError):  # its manifest is damaged too: its folder's name
+        return folder.name
 
 
 def _check_cache_files(dataset: Any) -> dict[str, Any]:

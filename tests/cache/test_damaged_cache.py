@@ -181,7 +181,10 @@ def test_the_hint_says_verify_and_how_to_rebuild_or_remove() -> None:
     _damage("starts shuffled")
     result = runner.invoke(app, ["inspect", "d"], env={"NO_COLOR": "1", "COLUMNS": "400"})
     hint = result.stderr.splitlines()[1]
-    assert "rlds verify d" in hint and "--force" in hint and "rlds rm d" in hint, hint
+    assert "rlds verify d" in hint and "how to make this dataset again" in hint and "rlds rm d" in hint, hint
+    # verify names the command for this kind of dataset (it said 'rlds download ... --force' for all)
+    verified = runner.invoke(app, ["verify", "d"], env={"NO_COLOR": "1", "COLUMNS": "400"})
+    assert verified.exit_code == 1 and "--name d --force" in verified.stderr, verified.stderr
 
 
 @pytest.mark.parametrize("case", ALL_CASES)

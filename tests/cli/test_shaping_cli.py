@@ -126,6 +126,8 @@ def test_one_range_a_b_selects_in_every_command_that_takes_episodes() -> None:
     published = ("a", "b", "first", "late", "s-train", "s-val")
     refused(mixed, "episode range '0:2,b' is not of the form A:B", hint=True, published=published)
     assert "e.g. 0,5,9-20 (or one range A:B)" in mixed.stderr
+    empty = invoke("split", "a", "--val-episodes", "0:0", "--name", "s2")  # it named --episodes
+    refused(empty, "--val-episodes '0:0' selects no episode", hint=True, published=published)
 
 
 @pytest.mark.usefixtures("ab")
@@ -189,6 +191,48 @@ def test_a_selection_of_a_replaced_merge_still_protects_the_parents_it_reads(ab:
     assert checks["parent m version"] == "skipped"
     ok("view", "a", "-e", "0:1", "-n", "a2", "--force")
     assert invoke("verify", "pick").exit_code == 1
+
+
+def test_rm_of_a_parent_names_every_dataset_made_from_it_and_what_force_does(ab: None) -> None:
+    """The hint's command named the direct children alone (it then refused again for theirs), and
+    said --force leaves a downsampled copy unreadable (it keeps its own arrays)."""
+    ok("view", "a", "-e", "0:2", "-n", "a2")
+    ok("merge", "a2", "b", "-n", "m")
+    ok("downsample", "b", "-k", "2", "-n", "bd")
+    every = ("a", "a2", "b", "m", "bd")
+    result = invoke("rm", "a2", "--yes")
+    refused(result, "dataset 'a2' is the parent of m", hint=True, published=every)
+    assert "('rlds rm a2 m --yes'), or pass --force to leave m unreadable" in result.stderr
+    result = invoke("rm", "b", "--yes")
+    refused(result, "dataset 'b' is the parent of bd, m", hint=True, published=every)
+    assert "'rlds rm b bd m --yes'" in result.stderr
+    ok("rm", "a", "a2", "m", "--yes")
+    result = invoke("rm", "b", "--yes")
+    refused(result, "dataset 'b' is the parent of bd", hint=True, published=("b", "bd"))
+    assert "pass --force to remove it anyway (copies made from it keep their own data)" in result.stderr
+
+
+def test_damage_to_a_file_two_parts_read_is_named_once_with_its_owner(ab: None) -> None:
+    """A merge of two views of 'a' listed a damaged file of 'a' twice (verify, inspect --check),
+    with the hint to make the merge again, which reads the same damaged file."""
+    from rlds_cli.cache.root import CacheRoot
+
+    ok("view", "a", "-e", "0:1", "-n", "v1")
+    ok("view", "a", "-e", "1:3", "-n", "v2")
+    ok("merge", "v1", "v2", "-n", "m")
+    path = CacheRoot().dataset_dir("a") / "arrays" / "action.npy"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    checks = json.loads(invoke("verify", "m", "--json").stdout)["checks"]
+    failed = [c for c in checks if c["status"] == "fail"]
+    assert [c["check"] for c in failed] == ["content digest of action"]
+    assert "the file is 'a''s, changed on disk: 'rlds verify a'" in failed[0]["hint"]
+    assert invoke("inspect", "m", "--check").stdout.count(f"{path}: content changed") == 1
+    path.write_bytes(bytes(data[:-3]))
+    checks = json.loads(invoke("verify", "m", "--json").stdout)["checks"]
+    failed = [c for c in checks if c["status"] == "fail"]
+    assert [c["check"] for c in failed] == ["files complete"] and failed[0]["detail"].count(str(path)) == 1
 
 
 def test_a_shaping_command_that_replaces_a_parent_names_what_now_refuses_to_read(ab: None) -> None:

@@ -179,7 +179,8 @@ def test_a_page_of_a_dataset_at_a_url_compares_frames_in_few_requests(
     [
         (["faulty", "-e", "20"], ["episode 20 is outside dataset 'faulty'", "20 episodes"]),
         (["faulty", "-e", "-21"], ["episode -21 is outside"]),
-        (["faulty", "--fps", "0"], ["fps must be above 0"]),
+        (["faulty", "--fps", "0"], ["fps must be a finite number above 0"]),
+        (["faulty", "--fps", "inf"], ["fps must be a finite number above 0, got inf"]),
         (["ghost"], ["ghost"]),
         (["faulty", "-o", "{tmp}/missing/p.html"], ["its folder {tmp}/missing does not exist"]),
         (["faulty", "-o", "{tmp}"], ["it is a folder"]),
