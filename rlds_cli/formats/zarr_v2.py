@@ -272,10 +272,10 @@ class BoundedChunkDecoder:
     codecs (:data:`_IMAGE_CODECS`) decode into an array of the chunk's shape (imagecodecs compares
     the image's header with it before decoding); blosc, LZ4 and zstd are refused when their header
     declares another size, then decode into the chunk's buffer; zlib, gzip, bz2 and LZMA inflate at
-    most one byte past it. Other codecs decode as zarr does: given a buffer, imagecodecs' byte codecs
-    (``imagecodecs_lz4f``, ``imagecodecs_lzma``) cut a larger stream to fit without a word, which
-    would serve a damaged chunk as data. A refused chunk raises ``ValueError`` naming the sizes (the
-    reader names the array and rows).
+    most one byte past it, and so do imagecodecs' byte codecs (:data:`_BYTE_CODECS`: given a buffer,
+    each fills it and stops, or raises, so one byte more tells a larger chunk, which would otherwise
+    be cut to fit without a word). Other codecs decode as zarr does. A refused chunk raises
+    ``ValueError`` naming the sizes (the reader names the array and rows).
 
     ``encode``, ``get_config`` and ``from_config`` complete numcodecs' protocol, which zarr checks.
     """
@@ -296,6 +296,21 @@ class BoundedChunkDecoder:
             return self.inner.decode(data, out=np.empty(self.shape, self.dtype))
         if self.codec_id in _STREAMS:
             return self._inflate(data)
+        if self.codec_id in _BYTE_CODECS:
+            room = np.empty(self.nbytes + 1, np.uint8)
+            try:
+                got = len(memoryview(self.inner.decode(data, out=room)).cast("B"))
+            except Exception as exc:  # imagecodecs' own error classes: larger than the room, or damaged
+                raise ValueError(
+                    f"the chunk does not decode into the {self.nbytes:,} bytes chunks of this array hold "
+                    f"({type(exc).__name__}: {exc})"
+                ) from None
+            if got != self.nbytes:
+                raise ValueError(
+                    f"the chunk decodes to {'more than ' if got > self.nbytes else ''}"
+                    f"{min(got, self.nbytes):,} bytes; chunks of this array hold {self.nbytes:,}"
+                )
+            return room[: self.nbytes].view(self.dtype).reshape(self.shape)
         if self.codec_id not in _SIZED:
             return self.inner.decode(data)
         declared = _declared_size(self.codec_id, data)
@@ -359,6 +374,15 @@ _IMAGE_CODECS = frozenset(
         "tiff",
     )
 )
+#: imagecodecs' byte codecs that, given a buffer, decode at most into it (each checked: a larger
+#: stream fills it or raises, a shorter one returns its length).
+_BYTE_CODECS = frozenset(
+    f"imagecodecs_{name}"
+    for name in (
+        "zlib", "zlibng", "deflate", "zopfli", "gzip", "brotli", "zstd", "lz4", "lz4f", "lzma", "bz2",
+        "snappy", "lzw", "lzham", "lzf", "lzfse", "blosc", "blosc2", "packbits", "aec", "bitshuffle",
+    )
+)  # fmt: skip
 #: Codecs of a stream with no declared size, inflated with a bound (numcodecs' ids).
 _STREAMS = frozenset({"zlib", "gzip", "bz2", "lzma"})
 #: Codecs whose header declares the decoded size (a zstd frame may leave it out).

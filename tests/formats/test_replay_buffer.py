@@ -359,6 +359,8 @@ def test_an_image_chunk_larger_than_its_chunk_is_refused_before_it_is_decoded(
 #: numcodecs' compressors, each with its own way of saying (or not) how big a chunk decodes (LZMA's
 #: decoder takes its window, 8 MiB at the default preset, per chunk decoded at once: preset 1, 1 MiB).
 CODECS = [{"id": c} for c in ("blosc", "zstd", "lz4", "zlib", "gzip", "bz2")] + [{"id": "lzma", "preset": 1}]
+#: imagecodecs' byte codecs: zarr decoded them whole (a bomb was allocated, then refused).
+CODECS += [{"id": f"imagecodecs_{c}"} for c in ("zlib", "deflate", "brotli", "zstd", "lz4f", "bz2", "snappy")]
 
 
 def _recompress(folder: Path, codec: dict[str, object]) -> Any:
@@ -380,6 +382,10 @@ def test_every_compressor_reads_exactly_and_a_chunk_bomb_is_refused_unallocated(
 ) -> None:
     """pusht's images compressed with ``codec`` read as upstream's; then one chunk becomes 32 MB of
     zeros (a few KB compressed): refused naming its rows, with no 32 MB allocation."""
+    if str(codec["id"]).startswith("imagecodecs_"):
+        from rlds_cli.formats.zarr_v2 import register_imagecodecs
+
+        register_imagecodecs(tmp_path, "img", str(codec["id"]))
     store = copy_fixture("pusht.zarr", tmp_path)
     new = _recompress(store / "data" / "img", codec)
     convert(store, "exact")
