@@ -201,11 +201,30 @@ class ZarrV2Store:
                 "with a compressor alone, as diffusion_policy and UMI write them",
                 hint="rewrite the array without filters (zarr: filters=None), or convert it yourself",
             )
+        self._check_zip_members(key, math.prod(meta.chunks) * meta.dtype.to_native_dtype().itemsize)
         if meta.compressor is None:
             return array
 
         bounded = BoundedChunkDecoder(meta.compressor, meta.chunks, meta.dtype.to_native_dtype())
         return Array(AsyncArray(replace(meta, compressor=bounded), array.async_array.store_path))
+
+    def _check_zip_members(self, key: str, chunk_bytes: int) -> None:
+        """Refuse a chunk of the zipped array ``key`` whose zip entry declares more bytes than a chunk
+        of ``chunk_bytes`` compresses to at worst: zarr's ZipStore inflates an entry whole before its
+        codec sees it (a deflated entry of a few KB may declare gigabytes)."""
+        if self._zip is None:
+            return
+        limit = 2 * chunk_bytes + (1 << 20)  # a codec's worst expansion, with room to spare
+        prefix = f"{key}/"
+        for info in self._zip.infolist():
+            name = info.filename
+            chunk = name.startswith(prefix) and not name.rsplit("/", 1)[-1].startswith(".")
+            if chunk and info.file_size > limit:
+                raise SourceFormatError(
+                    f"{self.path}: the zip entry {name} declares {info.file_size:,} bytes, more than a "
+                    f"chunk of {key} ({chunk_bytes:,} bytes decoded) can hold: the store is damaged",
+                    hint="copy the store again from its source",
+                )
 
     def close(self) -> None:
         if self._zarr_store is not None:

@@ -312,10 +312,30 @@ def test_damaged_jpegxl_chunk_in_a_zip(tmp_path: Path) -> None:
     refused(download(bad, "bad"), "data/camera1_rgb rows", "does not decode")
 
 
-def _swap_zip_member(src: Path, dst: Path, member: str, data: bytes) -> None:
+def _swap_zip_member(
+    src: Path, dst: Path, member: str, data: bytes, compress_type: int | None = None
+) -> None:
     with zipfile.ZipFile(src) as old, zipfile.ZipFile(dst, "w") as new:
         for info in old.infolist():
-            new.writestr(info, data if info.filename == member else old.read(info))
+            if info.filename == member:
+                new.writestr(info, data, compress_type=compress_type)
+            else:
+                new.writestr(info, old.read(info))
+
+
+def test_a_deflated_zip_entry_larger_than_a_chunk_is_refused_before_it_is_inflated(tmp_path: Path) -> None:
+    """zarr's ZipStore inflates an entry whole before the codec sees it: 64 MB of zeros, deflated
+    to 64 KB, in an array of 414,720-byte chunks was allocated, then refused."""
+    convert(FIXTURES / "pusht.zarr.zip", "intact")
+    bad = tmp_path / "pusht.zarr.zip"
+    _swap_zip_member(FIXTURES / bad.name, bad, "data/img/0.0.0.0", bytes(64 << 20), zipfile.ZIP_DEFLATED)
+    _refused_within(
+        lambda: download(bad, "bad"),
+        16 << 20,
+        "the zip entry data/img/0.0.0.0 declares 67,108,864 bytes",
+        "(414,720 bytes decoded)",
+        published=("intact",),
+    )
 
 
 def _refused_within(result_of: object, limit: int, *needles: str, published: tuple[str, ...] = ()) -> None:
