@@ -279,12 +279,19 @@ def _push(
         if _is_local(fs):
             for folder in sorted({posixpath.dirname(store.join(base, rel)) for rel in local}):
                 fs.makedirs(folder, exist_ok=True)
+        uploaded: dict[str, str | None] = {}  # this run's files, with the store's stamp of each
+        looked = time.monotonic()
         for rel in todo:
+            if time.monotonic() - looked > RACE_CHECK_SECONDS:  # another machine's push committed?
+                _check_no_race(fs, base, url, committed, local, uploaded)
+                looked = time.monotonic()
             journal.add_pending(rel)  # a kill mid-file leaves it ours, not another push's
             _upload_file(fs, directory / rel, store.join(base, rel), local[rel], progress)
-            journal.add(rel, local[rel], stamp_of(fs, store.join(base, rel)))
+            uploaded[rel] = stamp_of(fs, store.join(base, rel))
+            journal.add(rel, local[rel], uploaded[rel])
             result.uploaded += 1
             result.bytes_uploaded += local[rel].size
+        _check_no_race(fs, base, url, committed, local, uploaded)
         for rel in sorted(old_files - set(local)):  # files of the replaced version only
             if fs.exists(store.join(base, rel)):
                 fs.rm_file(store.join(base, rel))
@@ -294,16 +301,64 @@ def _push(
                 f"committed at {url}",
                 hint="run the push again: files already uploaded are kept when they did not change",
             )
-        if store.read_bytes(fs, store.join(base, MANIFEST_FILE), url) != committed:
-            raise RemoteExistsError(
-                f"another push committed a version at {url} during this one; nothing was committed",
-                hint="push again once the other push is done (--force to replace its version)",
-            )
+        _check_no_race(fs, base, url, committed, local, uploaded)
         _put_bytes(fs, store.join(base, INDEX_FILE), index.to_json())
         _put_bytes(fs, store.join(base, MANIFEST_FILE), manifest_bytes)
         _check_committed(fs, base, url, manifest_bytes)
     journal.remove()
     return result
+
+
+#: How often (seconds) a push looks, between its uploads, for a version another push committed.
+RACE_CHECK_SECONDS = 1.0
+
+
+def _check_no_race(
+    fs: Any,
+    base: str,
+    url: str,
+    committed: bytes | None,
+    local: dict[str, FileEntry],
+    uploaded: dict[str, str | None],
+) -> None:
+    """Stop a push when another push (another cache or machine: object stores have no lock)
+    committed a version at ``url`` since this one began: before this push writes more, and
+    never leaving that version read over this push's bytes.
+
+    Raises:
+        RemoteExistsError: Another version is committed. Where this push had written over files
+            of it (its index names other bytes at a path whose object is still this push's, or
+            the store gives no stamp to tell), its manifest and index are removed, so no mixed
+            version is read, and the message says so.
+    """
+    now = store.read_bytes(fs, store.join(base, MANIFEST_FILE), url)
+    if now == committed:
+        return
+    index = _read_index(fs, base, url)
+    theirs = index.files if index is not None and now is not None else {}
+    overwritten = sorted(
+        rel
+        for rel, stamp in uploaded.items()
+        if (index is None or (rel in theirs and theirs[rel] != local[rel]))
+        and (stamp is None or stamp_of(fs, store.join(base, rel)) == stamp)
+    )
+    if now is None or not overwritten:
+        raise RemoteExistsError(
+            f"another push committed a version at {url} during this one; nothing was committed",
+            hint="push again once the other push is done (--force to replace its version)",
+        )
+    with store.translated(url):
+        if store.read_bytes(fs, store.join(base, MANIFEST_FILE), url) == now:
+            fs.rm_file(store.join(base, MANIFEST_FILE))
+            if fs.exists(store.join(base, INDEX_FILE)):
+                fs.rm_file(store.join(base, INDEX_FILE))
+    shown = ", ".join(overwritten[:3]) + (f" (+{len(overwritten) - 3} more)" if len(overwritten) > 3 else "")
+    raise RemoteExistsError(
+        f"another push committed a version at {url} during this one, which had written over "
+        f"{len(overwritten)} of its files ({shown}): that version's manifest was removed so that no "
+        "mix of the two is read; the URL holds no version now",
+        hint="push one of the two versions again (rlds push NAME URL --force)",
+    )
 
 
 def _foreign_files(

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import rlds_cli
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cli.app import app
@@ -518,6 +519,61 @@ def test_a_version_committed_by_another_push_meanwhile_is_not_overwritten(
         push("a", url)
     monkeypatch.setattr(push_module, "_upload_file", real)
     assert pull(url, root=tmp_path / "o").name == "b"  # the other push's version, whole
+
+
+def test_a_push_that_wrote_over_a_version_committed_meanwhile_leaves_no_mix_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two versions of one layout and file sizes: the other push committed after this one's check
+    and before its uploads, which then wrote over the committed files. The URL served the other
+    version's manifest over this push's bytes (a gather read them, exit 0), and this push said
+    'nothing was committed'."""
+    from tests.loader_fixtures import make_ted
+
+    mine, theirs, same = tmp_path / "mine", tmp_path / "theirs", tmp_path / "same"
+    for folder in (mine, theirs, same):
+        folder.mkdir()
+    make_ted(mine, "d", [3, 4, 5])
+    make_ted(theirs, "d", [5, 4, 3])  # the same files and sizes, other values
+    url = f"file://{tmp_path / 'store' / 'd'}"
+    real = push_module._upload_file
+    done = []
+
+    def other_push_lands(*args: Any, **kwargs: Any) -> None:
+        if not done:
+            done.append(True)
+            push("d", url, root=theirs)
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(push_module, "_upload_file", other_push_lands)
+    with pytest.raises(RemoteExistsError, match=r"which had written over \d+ of its files") as info:
+        push("d", url, root=mine)
+    assert "the URL holds no version now" in info.value.message
+    monkeypatch.setattr(push_module, "_upload_file", real)
+    with pytest.raises(RemoteDatasetNotFoundError):
+        rlds_cli.open_dataset(url)
+    assert push("d", url, root=theirs, force=True).uploaded
+    assert pull(url, root=tmp_path / "o").digests_checked
+    np.testing.assert_array_equal(
+        open_dataset("d", tmp_path / "o")[:]["observation"], open_dataset("d", theirs)[:]["observation"]
+    )
+
+    # the same bytes pushed meanwhile: nothing of the other version was changed, it stays
+    make_ted(same, "d", [3, 4, 5])
+    url2 = f"file://{tmp_path / 'store2' / 'd'}"
+    done.clear()
+
+    def same_push_lands(*args: Any, **kwargs: Any) -> None:
+        if not done:
+            done.append(True)
+            push("d", url2, root=same)
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(push_module, "_upload_file", same_push_lands)
+    with pytest.raises(RemoteExistsError, match="nothing was committed"):
+        push("d", url2, root=mine)
+    monkeypatch.setattr(push_module, "_upload_file", real)
+    assert pull(url2, root=tmp_path / "o2").digests_checked
 
 
 def test_a_pull_during_a_push_force_says_replaced_not_damaged(
