@@ -8,6 +8,12 @@ else a ``Last-Modified`` at least 60 s before its ``Date``) is recorded beside t
 without a validator, or a ``206`` for other bytes than asked or with another validator or total
 size, restarts the file from byte 0.
 
+A machine crash can leave a ``.part`` whose last bytes never reached the disk (zeros or old
+blocks, at the file's full length). The record names the boot it was written in and how many
+bytes were fsynced (every :data:`DURABLE_BYTES`, with ``RLDS_FSYNC`` on); a ``.part`` of an
+earlier boot resumes from that many bytes only. Within one boot (a killed process, a cut
+connection) every byte on disk is the page cache's, and all are resumed.
+
 Failed requests: when to retry and how long to wait, and a short reason for a person (a DNS
 failure recognised through urllib3's wrapping, without urllib3's pool/URL preamble).
 """
@@ -18,6 +24,7 @@ import email.utils
 import itertools
 import json
 import logging
+import os
 import random
 import re
 import time
@@ -53,12 +60,16 @@ class PartInfo:
         etag: The first response's strong ``ETag`` (weak ones cannot validate byte ranges).
         last_modified: Its ``Last-Modified``.
         size: The file's total size, when the server said.
+        boot: The machine's boot id when the bytes were written (``None``: unknown).
+        durable: Bytes of the ``.part`` fsynced (``None``: an older record, or fsync off).
     """
 
     url: str
     etag: str | None = None
     last_modified: str | None = None
     size: int | None = None
+    boot: str | None = None
+    durable: int | None = None
 
     @property
     def validator(self) -> str | None:
@@ -73,7 +84,8 @@ class PartInfo:
         etag = (resp.headers.get("ETag") or "").strip()
         strong = etag if etag.startswith('"') else None  # W/"..." is weak, bare tokens are invalid
         modified = (resp.headers.get("Last-Modified") or "").strip() or None
-        return cls(url, strong, modified if _strong_date(modified, resp.headers.get("Date")) else None, size)
+        date = modified if _strong_date(modified, resp.headers.get("Date")) else None
+        return cls(url, strong, date, size, boot_id(), 0 if settings.fsync_enabled() else None)
 
     def matches(self, resp: Any) -> bool:
         """Whether a response's validators, where it sends them, are the recorded ones."""
@@ -94,6 +106,19 @@ def _strong_date(modified: str | None, date: str | None) -> bool:
         return (now - then).total_seconds() >= 60
     except (TypeError, ValueError, IndexError):  # absent or malformed; naive vs aware dates
         return False
+
+
+#: How many bytes a download writes between two fsyncs of its ``.part`` (what a machine crash may
+#: cost a resume at most).
+DURABLE_BYTES = 64 << 20
+
+
+def boot_id() -> str | None:
+    """This boot of the machine (Linux's ``boot_id``); ``None`` where the system does not say."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def read_part_info(part: Path) -> PartInfo | None:
@@ -324,6 +349,13 @@ def _resumable(part: Path, url: str, name: str, progress: DownloadProgress) -> i
         return 0
     info = read_part_info(part)
     if info is not None and info.url == url and info.validator:
+        current = boot_id()  # unknown (not Linux): every byte is trusted, as before records had one
+        if info.durable is not None and have > info.durable and current is not None and info.boot != current:
+            # written before a machine crash: bytes past the last fsync may be zeros or old blocks
+            logger.info("%s: resuming from the %d bytes fsynced before a restart", name, info.durable)
+            with open(part, "r+b") as fh:
+                fh.truncate(info.durable)
+            return info.durable
         return have
     logger.info("%s: %d bytes on disk without a validator of %s; starting over", name, have, url)
     discard_part(part)
@@ -496,7 +528,8 @@ def _get(
         if have:
             logger.info("resuming %s at byte %d", url, have)
             progress("resume", name, have)
-        _write_body(resp, part, have, limit, new_info, url, name, total, config, progress, tally)
+        record = new_info if new_info is not None else info
+        _write_body(resp, part, have, limit, new_info, record, url, name, total, config, progress, tally)
         size = have + tally.received
         # a body shorter than announced (or than the registry's size) is a cut connection
         expected = total if total is not None else expected_size
@@ -511,6 +544,7 @@ def _write_body(
     have: int,
     limit: int | None,
     new_info: PartInfo | None,
+    record: PartInfo | None,
     url: str,
     name: str,
     total: int | None,
@@ -519,7 +553,9 @@ def _write_body(
     tally: _Tally,
 ) -> None:
     """Append the body to ``part`` at ``have`` (a new file: record ``new_info`` first), applying
-    the minimum-speed rule; a full disk keeps what was written, for a resume."""
+    the minimum-speed rule; a full disk keeps what was written, for a resume. ``record`` (the
+    ``.part``'s record) is rewritten after each fsync of :data:`DURABLE_BYTES` with the bytes now
+    durable."""
     part.parent.mkdir(parents=True, exist_ok=True)
     tally.start_window(config.clock())
     judge = not have and _labelled_page(resp, name)  # a body that may be a page, not the file
@@ -540,11 +576,16 @@ def _write_body(
                 # after the truncation, before any byte: the .part never holds bytes of another
                 # version than its record names
                 write_part_info(part, new_info)
+            durable = record if record is not None and record.durable is not None else None
+            if durable is not None and (durable.boot != boot_id() or durable.durable != have):
+                _mark_durable(fh, part, durable, have)  # a resume: what it starts from, on disk first
             for chunk in chunks:
                 if limit is not None:
                     chunk = chunk[: limit - tally.received]
                 fh.write(chunk)
                 tally.received += len(chunk)
+                if durable is not None and have + tally.received - (durable.durable or 0) >= DURABLE_BYTES:
+                    _mark_durable(fh, part, durable, have + tally.received)
                 tally.window_bytes += len(chunk)
                 progress("advance", name, len(chunk))
                 now = config.clock()
@@ -572,6 +613,15 @@ def _write_body(
         raise DiskFullError(
             f"the disk is full: {name} from {url} stopped at {written:,} bytes in {part}; {needed} ({kept})"
         ) from None
+
+
+def _mark_durable(fh: Any, part: Path, record: PartInfo, size: int) -> None:
+    """fsync the first ``size`` bytes of ``part`` (open as ``fh``), then record them durable, of
+    this boot."""
+    fh.flush()
+    os.fsync(fh.fileno())
+    record.boot, record.durable = boot_id(), size
+    atomic_write(part_info_path(part), json.dumps(asdict(record)) + "\n", fsync=True)
 
 
 def _labelled_page(resp: Any, name: str) -> bool:

@@ -90,6 +90,41 @@ def test_cut_connection_resumes_with_range(server: FaultServer, tmp_path: Path, 
     assert 0 < resumed[0] <= 100_000 and resumed[0] < resumed[1] <= resumed[0] + 50_000
 
 
+def test_a_part_written_before_a_machine_crash_resumes_from_its_fsynced_bytes(
+    server: FaultServer, tmp_path: Path, config: HttpConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine crash leaves a .part's unsynced tail as zeros or old blocks at full length: a
+    resume appended after them, and without a registry sha256 the damage was the file. A .part of
+    another boot resumes from the bytes its record says were fsynced; one of this boot, whole."""
+    from rlds_cli.net import http
+
+    monkeypatch.setattr(http, "DURABLE_BYTES", 30_000)
+    monkeypatch.setenv("RLDS_FSYNC", "1")
+    server.add_faults(PATH, Fault("cut", after=100_000))
+    with pytest.raises(DownloadFailedError):
+        fetch(server, tmp_path, HttpConfig(retries=0, sleep=lambda s: None))
+    part = part_path(tmp_path, "data.bin")
+    info = read_part_info(part)
+    assert info is not None and info.boot == http.boot_id()
+    durable = info.durable or 0
+    assert 60_000 <= durable <= part.stat().st_size
+    # the machine crashed: the tail past the last fsync reads as zeros, and this is another boot
+    part.write_bytes(DATA[:durable] + bytes(40_000))
+    write_part_info(part, PartInfo(info.url, info.etag, None, info.size, "an-earlier-boot", durable))
+    result, _ = fetch(server, tmp_path, config)  # no sha256 to catch a splice
+    assert result.path.read_bytes() == DATA
+    assert server.requests_for(PATH)[-1].range == f"bytes={durable}-"
+
+    # the same boot (a killed process): the whole .part is the page cache's, resumed whole
+    other = tmp_path / "again"
+    part = write_part(server, other, DATA[:70_000])
+    record = read_part_info(part)
+    assert record is not None
+    write_part_info(part, PartInfo(record.url, record.etag, None, record.size, http.boot_id(), 30_000))
+    assert fetch(server, other, config)[0].path.read_bytes() == DATA
+    assert server.requests_for(PATH)[-1].range == "bytes=70000-"
+
+
 def test_503_then_success(
     server: FaultServer, tmp_path: Path, config: HttpConfig, sleeps: list[float]
 ) -> None:
