@@ -312,6 +312,10 @@ class BoundedChunkDecoder:
     def decode(self, buf: Any, out: Any = None) -> Any:
         data = memoryview(buf).cast("B")
         if self.codec_id in _IMAGE_CODECS:
+            trailer = _IMAGE_TRAILERS.get(self.codec_id)
+            if trailer is not None and not bytes(data[-64:]).rstrip(b"\0").endswith(trailer):
+                # the decoder serves a cut image, its missing rows grey, with no error
+                raise ValueError("the image is cut short (it lacks its end marker)")
             return self.inner.decode(data, out=np.empty(self.shape, self.dtype))
         if self.codec_id in _STREAMS:
             return self._inflate(data)
@@ -381,7 +385,9 @@ _IMAGE_CODECS = frozenset(
     for name in (
         "jpegxl",
         "jpeg2k",
-        "jpeg8",
+        "htj2k",
+        "jpeg",
+        "jpegls",
         "jpegxr",
         "png",
         "apng",
@@ -393,12 +399,15 @@ _IMAGE_CODECS = frozenset(
         "tiff",
     )
 )
+#: The end marker of image codecs whose decoders serve a cut image without an error (JPEG's EOI,
+#: QOI's end padding): a chunk must end with it (trailing zero bytes aside).
+_IMAGE_TRAILERS = {"imagecodecs_jpeg": b"\xff\xd9", "imagecodecs_qoi": b"\0" * 7 + b"\x01"}
 #: imagecodecs' byte codecs that, given a buffer, decode at most into it (each checked: a larger
 #: stream fills it or raises, a shorter one returns its length).
 _BYTE_CODECS = frozenset(
     f"imagecodecs_{name}"
     for name in (
-        "zlib", "zlibng", "deflate", "zopfli", "gzip", "brotli", "zstd", "lz4", "lz4f", "lzma", "bz2",
+        "zlib", "zlibng", "deflate", "zopfli", "brotli", "zstd", "lz4", "lz4f", "lzma", "bz2",
         "snappy", "lzw", "lzham", "lzf", "lzfse", "blosc", "blosc2", "packbits", "aec", "bitshuffle",
     )
 )  # fmt: skip

@@ -424,6 +424,51 @@ def test_every_compressor_reads_exactly_and_a_chunk_bomb_is_refused_unallocated(
     )
 
 
+def _frame_chunks(folder: Path, codec_id: str) -> Any:
+    """The zarr v2 image array at ``folder`` rewritten as one frame per chunk, each compressed
+    with ``codec_id`` (as UMI writes its cameras); the codec."""
+    import numcodecs
+
+    from rlds_cli.formats.zarr_v2 import register_imagecodecs
+
+    register_imagecodecs(folder, "img", codec_id)
+    zarray = json.loads((folder / ".zarray").read_text())
+    frames = golden("pusht.zarr")["data/img"]
+    codec = numcodecs.get_codec({"id": codec_id})
+    for chunk in (p for p in folder.iterdir() if not p.name.startswith(".")):
+        chunk.unlink()
+    for i, frame in enumerate(frames):
+        (folder / f"{i}.0.0.0").write_bytes(bytes(codec.encode(frame)))
+    zarray["chunks"], zarray["compressor"] = [1, *frames.shape[1:]], codec.get_config()
+    (folder / ".zarray").write_text(json.dumps(zarray))
+    return codec
+
+
+@pytest.mark.parametrize("codec_id", ["imagecodecs_jpeg", "imagecodecs_qoi"])
+def test_an_image_chunk_cut_short_is_refused_and_a_jpeg_bomb_unallocated(
+    tmp_path: Path, codec_id: str
+) -> None:
+    """imagecodecs' JPEG (and QOI) decoders serve a cut image, its missing rows grey, without an
+    error: a chunk cut to 70% converted (exit 0). And 'imagecodecs_jpeg' was missing from the image
+    codecs checked before decoding: a JPEG header of 3000 x 3000 was decoded whole, then refused."""
+    import zarr
+
+    store = copy_fixture("pusht.zarr", tmp_path)
+    codec = _frame_chunks(store / "data" / "img", codec_id)
+    convert(store, "exact")
+    upstream = zarr.open_array(store / "data" / "img", mode="r", zarr_format=2)[:]
+    np.testing.assert_array_equal(open_dataset("exact")[:]["observation/img"], upstream)
+    chunk = store / "data" / "img" / "5.0.0.0"
+    whole = chunk.read_bytes()
+    chunk.write_bytes(whole[: len(whole) * 7 // 10])
+    refused(download(store, "cut"), "data/img rows", "does not decode", "cut short", published=("exact",))
+    if codec_id == "imagecodecs_jpeg":
+        chunk.write_bytes(bytes(codec.encode(np.zeros((3000, 3000, 3), np.uint8))))
+        _refused_within(
+            lambda: download(store, "bomb"), 4 << 20, "data/img rows", "does not decode", published=("exact",)
+        )
+
+
 def test_a_truncated_zip_is_named_as_such(tmp_path: Path) -> None:
     """It was 'not a ReplayBuffer zarr', with a hint to pass the store diffusion_policy wrote."""
     bad = tmp_path / "umi.zarr.zip"
