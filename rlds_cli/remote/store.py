@@ -123,6 +123,12 @@ def open_url(
             f"cannot reach {url}: {_first_line(exc)}",
             hint="check the URL's host and port, and that this machine reaches it",
         ) from None
+    if not is_local(fs) and any(part in (".", "..") for part in path.split("/")):
+        # an object store keeps them as they are: s3://b/a/../d is the folder 'a/../d', not 'd'
+        raise RemoteAccessError(
+            f"{url}: the path has a '.' or '..' part, which the store would keep as a folder's name",
+            hint="name the dataset's folder without them, e.g. s3://bucket/prefix/NAME",
+        )
     # a listing cached by an earlier call in this process may predate another process's writes
     fs.invalidate_cache()
     return fs, path.rstrip("/")

@@ -693,6 +693,9 @@ def test_errors_are_one_line_with_exit_1(tmp_path: Path, monkeypatch: pytest.Mon
         assert message in " ".join(result.stderr.split()), (args, result.stderr)
         assert "Traceback" not in result.output and "unexpected" not in result.stderr
     assert "file:///DIR/NAME, s3://bucket/prefix/NAME" in " ".join(result.stderr.split())  # what works
+    # an object store keeps '..' as a folder's name: 'a/../d' was pushed as such
+    with pytest.raises(RemoteAccessError, match=r"memory://b/a/\.\./d: the path has a '\.' or '\.\.' part"):
+        push("d", "memory://b/a/../d")
     monkeypatch.setitem(sys.modules, "fsspec", None)  # the extra is not installed
     result = runner.invoke(app, ["push", "d", store])
     assert result.exit_code == 1
