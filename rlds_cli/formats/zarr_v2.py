@@ -403,12 +403,13 @@ _IMAGE_CODECS = frozenset(
 #: QOI's end padding): a chunk must end with it (trailing zero bytes aside).
 _IMAGE_TRAILERS = {"imagecodecs_jpeg": b"\xff\xd9", "imagecodecs_qoi": b"\0" * 7 + b"\x01"}
 #: imagecodecs' byte codecs that, given a buffer, decode at most into it (each checked: a larger
-#: stream fills it or raises, a shorter one returns its length).
+#: stream fills it or raises, a shorter one returns its length, and every dtype reads back exact:
+#: not aec or bitshuffle, whose output depends on the buffer given).
 _BYTE_CODECS = frozenset(
     f"imagecodecs_{name}"
     for name in (
         "zlib", "zlibng", "deflate", "zopfli", "brotli", "zstd", "lz4", "lz4f", "lzma", "bz2",
-        "snappy", "lzw", "lzham", "lzf", "lzfse", "blosc", "blosc2", "packbits", "aec", "bitshuffle",
+        "snappy", "lzw", "lzham", "lzf", "lzfse", "blosc", "blosc2", "packbits",
     )
 )  # fmt: skip
 #: Codecs of a stream with no declared size, inflated with a bound (numcodecs' ids).

@@ -34,11 +34,12 @@ from rlds_cli.errors import (
     OfflineError,
     RegistryFormatError,
 )
-from rlds_cli.net.http import HttpConfig, discard_part, download_url, new_session
+from rlds_cli.net.http import HttpConfig, download_url, new_session
 from rlds_cli.net.layout import (
     META_DIR,
     FileRecord,
     HashStore,
+    discard_part,
     is_reserved,
     lock_path,
     mismatch_hint,

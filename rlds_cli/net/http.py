@@ -22,20 +22,18 @@ from __future__ import annotations
 
 import email.utils
 import itertools
-import json
 import logging
-import os
 import random
 import re
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlds_cli import settings
-from rlds_cli._util.io import atomic_write, check_disk
+from rlds_cli._util.io import check_disk
 from rlds_cli._util.progress import DownloadProgress, ignore
 from rlds_cli.errors import (
     DiskFullError,
@@ -48,96 +46,18 @@ from rlds_cli.errors import (
     ServerResponseError,
     is_disk_full,
 )
-from rlds_cli.net.layout import part_info_path
-
-
-@dataclass
-class PartInfo:
-    """What identifies the version of the file a ``.part`` holds bytes of.
-
-    Attributes:
-        url: The URL asked for (a ``.part`` is only resumed from the same URL).
-        etag: The first response's strong ``ETag`` (weak ones cannot validate byte ranges).
-        last_modified: Its ``Last-Modified``.
-        size: The file's total size, when the server said.
-        boot: The machine's boot id when the bytes were written (``None``: unknown).
-        durable: Bytes of the ``.part`` fsynced (``None``: an older record, or fsync off).
-    """
-
-    url: str
-    etag: str | None = None
-    last_modified: str | None = None
-    size: int | None = None
-    boot: str | None = None
-    durable: int | None = None
-
-    @property
-    def validator(self) -> str | None:
-        """The ``If-Range`` value: the strong ETag, else the date; ``None`` when neither."""
-        return self.etag or self.last_modified
-
-    @classmethod
-    def of(cls, resp: Any, url: str, size: int | None) -> PartInfo:
-        """The validators of a response: its strong ``ETag``; its ``Last-Modified`` only where it
-        is strong (RFC 9110 8.8.2.2: at least 60 s before the response's ``Date``; a file changed
-        again within the second it was written has the same date, and a resume would splice)."""
-        etag = (resp.headers.get("ETag") or "").strip()
-        strong = etag if etag.startswith('"') else None  # W/"..." is weak, bare tokens are invalid
-        modified = (resp.headers.get("Last-Modified") or "").strip() or None
-        date = modified if _strong_date(modified, resp.headers.get("Date")) else None
-        return cls(url, strong, date, size, boot_id(), 0 if settings.fsync_enabled() else None)
-
-    def matches(self, resp: Any) -> bool:
-        """Whether a response's validators, where it sends them, are the recorded ones."""
-        etag = (resp.headers.get("ETag") or "").strip()
-        if self.etag and etag and etag != self.etag:
-            return False
-        date = (resp.headers.get("Last-Modified") or "").strip()
-        return not (not self.etag and self.last_modified and date and date != self.last_modified)
-
-
-def _strong_date(modified: str | None, date: str | None) -> bool:
-    """Whether ``Last-Modified`` is at least 60 s before the response's ``Date`` (both given)."""
-    try:
-        then, now = (
-            email.utils.parsedate_to_datetime(modified or ""),
-            email.utils.parsedate_to_datetime(date or ""),
-        )
-        return (now - then).total_seconds() >= 60
-    except (TypeError, ValueError, IndexError):  # absent or malformed; naive vs aware dates
-        return False
-
+from rlds_cli.net.layout import (
+    PartInfo,
+    boot_id,
+    discard_part,
+    mark_durable,
+    read_part_info,
+    write_part_info,
+)
 
 #: How many bytes a download writes between two fsyncs of its ``.part`` (what a machine crash may
 #: cost a resume at most).
 DURABLE_BYTES = 64 << 20
-
-
-def boot_id() -> str | None:
-    """This boot of the machine (Linux's ``boot_id``); ``None`` where the system does not say."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
-    except OSError:
-        return None
-
-
-def read_part_info(part: Path) -> PartInfo | None:
-    """The validator record of a ``.part`` (``None`` when missing or unreadable)."""
-    try:
-        return PartInfo(**json.loads(part_info_path(part).read_text(encoding="utf-8")))
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-def write_part_info(part: Path, info: PartInfo) -> None:
-    """Record (atomically) which version of the file a ``.part`` holds bytes of."""
-    atomic_write(part_info_path(part), json.dumps(asdict(info)) + "\n")
-
-
-def discard_part(part: Path) -> None:
-    """Delete a partial download and its validator record."""
-    part.unlink(missing_ok=True)
-    part_info_path(part).unlink(missing_ok=True)
 
 
 logger = logging.getLogger(__name__)
@@ -578,14 +498,14 @@ def _write_body(
                 write_part_info(part, new_info)
             durable = record if record is not None and record.durable is not None else None
             if durable is not None and (durable.boot != boot_id() or durable.durable != have):
-                _mark_durable(fh, part, durable, have)  # a resume: what it starts from, on disk first
+                mark_durable(fh, part, durable, have)  # a resume: what it starts from, on disk first
             for chunk in chunks:
                 if limit is not None:
                     chunk = chunk[: limit - tally.received]
                 fh.write(chunk)
                 tally.received += len(chunk)
                 if durable is not None and have + tally.received - (durable.durable or 0) >= DURABLE_BYTES:
-                    _mark_durable(fh, part, durable, have + tally.received)
+                    mark_durable(fh, part, durable, have + tally.received)
                 tally.window_bytes += len(chunk)
                 progress("advance", name, len(chunk))
                 now = config.clock()
@@ -613,15 +533,6 @@ def _write_body(
         raise DiskFullError(
             f"the disk is full: {name} from {url} stopped at {written:,} bytes in {part}; {needed} ({kept})"
         ) from None
-
-
-def _mark_durable(fh: Any, part: Path, record: PartInfo, size: int) -> None:
-    """fsync the first ``size`` bytes of ``part`` (open as ``fh``), then record them durable, of
-    this boot."""
-    fh.flush()
-    os.fsync(fh.fileno())
-    record.boot, record.durable = boot_id(), size
-    atomic_write(part_info_path(part), json.dumps(asdict(record)) + "\n", fsync=True)
 
 
 def _labelled_page(resp: Any, name: str) -> bool:

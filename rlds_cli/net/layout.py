@@ -1,5 +1,7 @@
 """Download folders: where they live (``<root>/raw/<entry>/``, ``/`` in a name written as ``--``),
-the files inside one (the names are :mod:`rlds_cli.cache.layout`'s), and its ``hashes.json``.
+the files inside one (the names are :mod:`rlds_cli.cache.layout`'s), its ``hashes.json``, and
+each ``.part``'s record (:class:`PartInfo`: the version of the file its bytes are of, and how many
+of them are durable).
 
 **hashes.json** (:class:`HashStore`): the sizes and sha256 of a download folder's files, and when
 a first-seen hash is trusted. It lives at ``<root>/raw/<entry>/.rlds/hashes.json``, apart from the
@@ -19,6 +21,7 @@ real file, with no file deleted by hand.
 from __future__ import annotations
 
 import datetime as _dt
+import email.utils
 import json
 import os
 import re
@@ -31,6 +34,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlds_cli import settings
 from rlds_cli._util.io import atomic_write
 from rlds_cli._util.locks import FileLock
 from rlds_cli.cache.layout import (
@@ -352,3 +356,96 @@ def confirmed_by_conversion(folder: Path, names: Iterable[str]) -> Iterator[None
         mark_failed(folder, wanted)
         raise
     HashStore(folder).pin(wanted)
+
+
+@dataclass
+class PartInfo:
+    """What identifies the version of the file a ``.part`` holds bytes of.
+
+    Attributes:
+        url: The URL asked for (a ``.part`` is only resumed from the same URL).
+        etag: The first response's strong ``ETag`` (weak ones cannot validate byte ranges).
+        last_modified: Its ``Last-Modified``.
+        size: The file's total size, when the server said.
+        boot: The machine's boot id when the bytes were written (``None``: unknown).
+        durable: Bytes of the ``.part`` fsynced (``None``: an older record, or fsync off).
+    """
+
+    url: str
+    etag: str | None = None
+    last_modified: str | None = None
+    size: int | None = None
+    boot: str | None = None
+    durable: int | None = None
+
+    @property
+    def validator(self) -> str | None:
+        """The ``If-Range`` value: the strong ETag, else the date; ``None`` when neither."""
+        return self.etag or self.last_modified
+
+    @classmethod
+    def of(cls, resp: Any, url: str, size: int | None) -> PartInfo:
+        """The validators of a response: its strong ``ETag``; its ``Last-Modified`` only where it
+        is strong (RFC 9110 8.8.2.2: at least 60 s before the response's ``Date``; a file changed
+        again within the second it was written has the same date, and a resume would splice)."""
+        etag = (resp.headers.get("ETag") or "").strip()
+        strong = etag if etag.startswith('"') else None  # W/"..." is weak, bare tokens are invalid
+        modified = (resp.headers.get("Last-Modified") or "").strip() or None
+        date = modified if _strong_date(modified, resp.headers.get("Date")) else None
+        return cls(url, strong, date, size, boot_id(), 0 if settings.fsync_enabled() else None)
+
+    def matches(self, resp: Any) -> bool:
+        """Whether a response's validators, where it sends them, are the recorded ones."""
+        etag = (resp.headers.get("ETag") or "").strip()
+        if self.etag and etag and etag != self.etag:
+            return False
+        date = (resp.headers.get("Last-Modified") or "").strip()
+        return not (not self.etag and self.last_modified and date and date != self.last_modified)
+
+
+def _strong_date(modified: str | None, date: str | None) -> bool:
+    """Whether ``Last-Modified`` is at least 60 s before the response's ``Date`` (both given)."""
+    try:
+        then, now = (
+            email.utils.parsedate_to_datetime(modified or ""),
+            email.utils.parsedate_to_datetime(date or ""),
+        )
+        return (now - then).total_seconds() >= 60
+    except (TypeError, ValueError, IndexError):  # absent or malformed; naive vs aware dates
+        return False
+
+
+def boot_id() -> str | None:
+    """This boot of the machine (Linux's ``boot_id``); ``None`` where the system does not say."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def read_part_info(part: Path) -> PartInfo | None:
+    """The validator record of a ``.part`` (``None`` when missing or unreadable)."""
+    try:
+        return PartInfo(**json.loads(part_info_path(part).read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def write_part_info(part: Path, info: PartInfo) -> None:
+    """Record (atomically) which version of the file a ``.part`` holds bytes of."""
+    atomic_write(part_info_path(part), json.dumps(asdict(info)) + "\n")
+
+
+def discard_part(part: Path) -> None:
+    """Delete a partial download and its validator record."""
+    part.unlink(missing_ok=True)
+    part_info_path(part).unlink(missing_ok=True)
+
+
+def mark_durable(fh: Any, part: Path, record: PartInfo, size: int) -> None:
+    """fsync the first ``size`` bytes of ``part`` (open as ``fh``), then record them durable, of
+    this boot."""
+    fh.flush()
+    os.fsync(fh.fileno())
+    record.boot, record.durable = boot_id(), size
+    atomic_write(part_info_path(part), json.dumps(asdict(record)) + "\n", fsync=True)

@@ -18,17 +18,8 @@ from rlds_cli.errors import (
     ServerResponseError,
 )
 from rlds_cli.net.fetch import RemoteFile, fetch_files
-from rlds_cli.net.http import (
-    HttpConfig,
-    OriginAuth,
-    PartInfo,
-    backoff_delay,
-    origin_of,
-    parse_retry_after,
-    read_part_info,
-    write_part_info,
-)
-from rlds_cli.net.layout import HashStore, part_path
+from rlds_cli.net.http import HttpConfig, OriginAuth, backoff_delay, origin_of, parse_retry_after
+from rlds_cli.net.layout import HashStore, PartInfo, boot_id, part_path, read_part_info, write_part_info
 from tests.http_faults import DATA, PATH, Fault, FaultServer
 
 SHA = hashlib.sha256(DATA).hexdigest()  # DATA at PATH: what the server fixture serves
@@ -105,7 +96,7 @@ def test_a_part_written_before_a_machine_crash_resumes_from_its_fsynced_bytes(
         fetch(server, tmp_path, HttpConfig(retries=0, sleep=lambda s: None))
     part = part_path(tmp_path, "data.bin")
     info = read_part_info(part)
-    assert info is not None and info.boot == http.boot_id()
+    assert info is not None and info.boot == boot_id()
     durable = info.durable or 0
     assert 60_000 <= durable <= part.stat().st_size
     # the machine crashed: the tail past the last fsync reads as zeros, and this is another boot
@@ -120,7 +111,7 @@ def test_a_part_written_before_a_machine_crash_resumes_from_its_fsynced_bytes(
     part = write_part(server, other, DATA[:70_000])
     record = read_part_info(part)
     assert record is not None
-    write_part_info(part, PartInfo(record.url, record.etag, None, record.size, http.boot_id(), 30_000))
+    write_part_info(part, PartInfo(record.url, record.etag, None, record.size, boot_id(), 30_000))
     assert fetch(server, other, config)[0].path.read_bytes() == DATA
     assert server.requests_for(PATH)[-1].range == "bytes=70000-"
 
