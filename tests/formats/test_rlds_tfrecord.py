@@ -312,6 +312,31 @@ def test_frames_kept_as_the_records_store_them(tmp_path: Path) -> None:
         np.testing.assert_array_equal(open_dataset("raw").column(key)[:], open_dataset("kept").column(key)[:])
 
 
+def test_16_bit_gray_pngs_in_a_uint8_rgb_feature_read_as_tensorflow_reads_them(tmp_path: Path) -> None:
+    """TensorFlow's decode_png(dtype=uint8) keeps a 16-bit PNG's high byte (libpng's strip_16),
+    then copies gray to RGB; Pillow's convert clipped every value to 255 (33375 read 255, not 130)."""
+    import io
+
+    rng = np.random.default_rng(3)
+    sixteen: dict[int, np.ndarray] = {}
+
+    def mutate(i: int, features: dict[str, Any]) -> None:
+        n = len(features["steps/observation/image"][0])
+        sixteen[i] = rng.integers(0, 65536, (n, 16, 16), dtype=np.uint16)
+        pngs = []
+        for frame in sixteen[i]:
+            out = io.BytesIO()
+            Image.fromarray(frame).save(out, format="PNG")
+            pngs.append(out.getvalue())
+        features["steps/observation/image"] = (pngs, "byte")
+
+    fx = write_rlds_dataset(tmp_path / "src", (3, 4), side=16, mutate=mutate)
+    assert download(fx.root, "gray16").exit_code == 0
+    got = np.asarray(open_dataset("gray16").column("observation/image")[:])
+    high = (np.concatenate([sixteen[0], sixteen[1]]) >> 8).astype(np.uint8)
+    np.testing.assert_array_equal(got, np.repeat(high[..., None], 3, axis=-1))
+
+
 def test_a_uint16_depth_image_and_numeric_episode_metadata(tmp_path: Path) -> None:
     """A single-channel uint16 PNG (a depth camera) is stored as uint16 exactly; a numeric
     ``episode_metadata`` scalar becomes a per-episode source array that follows ``--episodes``."""

@@ -292,13 +292,23 @@ def _decode_image(data: bytes, leaf: Leaf, where: str, step: int) -> np.ndarray:
             if h * w * channels * np.dtype(str(leaf.dtype)).itemsize > MAX_FRAME_BYTES:
                 raise SourceFormatError(f"{what} is a {h}x{w} image, over {MAX_FRAME_BYTES:,} bytes decoded")
             if leaf.dtype == "uint16":
-                if img.mode not in ("I;16", "I;16B", "I;16L", "I", "L"):
+                if img.mode not in (*_SIXTEEN_BIT_GRAY, "L"):
                     raise SourceFormatError(f"{what} is a {img.mode} image, not a 16-bit grayscale PNG")
                 frame = np.asarray(img)
                 if frame.dtype.kind != "u" and (frame.min(initial=0) < 0 or frame.max(initial=0) > 0xFFFF):
                     raise SourceFormatError(f"{what} holds values outside 0..65535")
                 return frame.astype(np.uint16).reshape(h, w, 1)
             mode = {1: "L", 3: "RGB", 4: "RGBA"}[channels]
+            if img.mode in _SIXTEEN_BIT_GRAY:
+                # TensorFlow's decode_png(dtype=uint8) keeps the high byte (libpng's strip_16), then
+                # gray to RGB(A); Pillow's convert clipped at 255 (33375 read 255, not 130)
+                frame = np.asarray(img)
+                if frame.min(initial=0) < 0 or frame.max(initial=0) > 0xFFFF:
+                    raise SourceFormatError(f"{what} holds values outside 0..65535")
+                gray = (frame.astype(np.uint32) >> 8).astype(np.uint8).reshape(h, w, 1)
+                if channels == 4:
+                    return np.concatenate([gray, gray, gray, np.full_like(gray, 255)], axis=2)
+                return np.repeat(gray, channels, axis=2)
             if img.mode != mode:
                 img.load()
                 converted = img.convert(mode)
@@ -308,6 +318,10 @@ def _decode_image(data: bytes, leaf: Leaf, where: str, step: int) -> np.ndarray:
         raise
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise SourceFormatError(f"{what} does not decode as a PNG or JPEG image: {exc}") from None
+
+
+#: Pillow's modes of a 16-bit grayscale PNG.
+_SIXTEEN_BIT_GRAY = ("I;16", "I;16B", "I;16L", "I")
 
 
 def _kept_images(buf: memoryview, spans: list[tuple[int, int]], leaf: Leaf) -> EncodedFrames | None:
