@@ -7,7 +7,7 @@ The datasets it drives live in :mod:`rlds_cli.loader.torch_data`; the ring in
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -15,8 +15,15 @@ from torch.utils.data import DataLoader
 
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.loader.ring import BatchRing, SlotBatch
+from rlds_cli.loader.run_state import dataset_fingerprint
 from rlds_cli.loader.tensors import to_torch
-from rlds_cli.loader.torch_data import EpochBatchSampler, TedIterableDataset, TedMapDataset, collate_ted
+from rlds_cli.loader.torch_data import (
+    EpochBatchSampler,
+    TedIterableDataset,
+    TedMapDataset,
+    check_same_dataset,
+    collate_ted,
+)
 
 
 class TedDataLoader(DataLoader):
@@ -147,11 +154,19 @@ class TedDataLoader(DataLoader):
         self._ring = None
 
     def state_dict(self) -> dict[str, Any]:
-        """The dataset's (or batch sampler's) state at the first batch the loop has not taken."""
-        return self._target.state_dict()
+        """The dataset's (or batch sampler's) state at the first batch the loop has not taken, with
+        the fingerprint of the rlds dataset it reads."""
+        state = self._target.state_dict()
+        if self._target is not self.dataset:  # a batch sampler knows steps, not the dataset read
+            state = {**state, "dataset": dataset_fingerprint(getattr(self.dataset, "dataset", None))}
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict`: the next pass continues where the saved run stopped."""
+        """Restore a :meth:`state_dict`: the next pass continues where the saved run stopped
+        (refused from another dataset of the same size)."""
+        if self._target is not self.dataset and isinstance(state, Mapping):
+            check_same_dataset(state, getattr(self.dataset, "dataset", None), "TedDataLoader")
+            state = {k: v for k, v in state.items() if k != "dataset"}
         self._target.load_state_dict(state)
         self._iterator = None  # persistent workers start again from it (their copies plan an epoch)
 

@@ -676,10 +676,12 @@ class Loader:
         if not isinstance(self.sampler, Checkpointable):
             raise TypeError(f"sampler {type(self.sampler).__name__} has no load_state_dict(); cannot restore")
         elastic = isinstance(self.sampler, Elastic)
+        shared = False
         if ranks is not None and len(ranks) == self.world_size and (in_step(ranks) or not elastic):
             self.sampler.load_state_dict(ranks[self.rank])
         elif ranks is not None and isinstance(self.sampler, Elastic):
             self.sampler.resume(ranks)  # another world size, or ranks that stopped apart
+            shared = True
         else:
             check_shard(state, self.rank, self.world_size, "Loader")
             self.sampler.load_state_dict(state["sampler"])
@@ -687,6 +689,10 @@ class Loader:
         self._epoch_end_pending = bool(state.get("epoch_end_pending", False))
         # the next ``for`` finishes the pass the state was saved in
         self._resumed_pass = None if state.get("pass_left") is None else int(state["pass_left"])
+        if shared and self._epoch_done is not None and self._epoch_done():
+            # the steps left were too few for a batch here (drop_last): the epoch is over with no
+            # batch, and the resumed pass ends it (it served the next epoch's batches instead)
+            self._epoch_end_pending = True
         if state.get("seed") is not None:
             self.seed = int(state["seed"])
 

@@ -35,7 +35,7 @@ from rlds_cli.cache.card import dataset_card, license_conflicts, licenses_of
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.growing import empty_episodes
 from rlds_cli.cache.ted import TedBatch, join_key
-from rlds_cli.errors import MixtureError
+from rlds_cli.errors import LoaderStateError, MixtureError
 from rlds_cli.loader.loader import Loader
 from rlds_cli.loader.mixture_gather import DirectKeys, PackedKeys
 from rlds_cli.loader.mixture_sampler import (
@@ -642,6 +642,10 @@ class MixtureLoader:
         if self._refresher is not None:
             state["refresh_batches"] = self._refresher.batches
         state["settings"] = dict(self._settings)
+        # each growing source's commit-log position: its rows, which evictions move
+        sources = zip(self.names, self.datasets, strict=True)
+        positions = {n: getattr(ds, "log_position", None) for n, ds in sources}
+        state["views"] = {n: p for n, p in positions.items() if p is not None}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -650,9 +654,28 @@ class MixtureLoader:
         rank or world size: :class:`~rlds_cli.errors.LoaderStateError`)."""
         check_int(check_state(state, "MixtureLoader"), "refresh_batches", "MixtureLoader", required=False)
         check_settings(state, self._settings, "the mixture")
+        self._check_views(state.get("views", {}))
         self.sampler.load_state_dict(state)
         if self._refresher is not None and "refresh_batches" in state:
             self._refresher.batches = int(state["refresh_batches"])
+
+    def _check_views(self, views: Any) -> None:
+        """Refuse a state saved on other views of the growing sources (evictions and commits moved
+        their rows: the sampler would draw other episodes than the saved run did)."""
+        if not isinstance(views, Mapping):
+            raise LoaderStateError(f"MixtureLoader state field 'views' must be a mapping, got {views!r}")
+        for name, ds in zip(self.names, self.datasets, strict=True):
+            position = getattr(ds, "log_position", None)
+            saved = views.get(name)
+            if position is None or saved is None or saved == position:
+                continue
+            raise LoaderStateError(
+                f"MixtureLoader state was saved on growing source {name!r} as of commit-log byte "
+                f"{saved}; this mixture reads its view as of byte {position}, whose rows are others "
+                "(evictions and commits moved them), so the sampler's state would draw other rows",
+                hint="resume on that view (GrowingDataset(path, position=...) while its segments are "
+                "kept), or start the mixture's sampler afresh",
+            )
 
 
 def _weights_setting(weights: Any) -> str:

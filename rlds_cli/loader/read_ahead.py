@@ -18,8 +18,10 @@ rewind, :meth:`ReadAhead.close`) end their prefetch's wait. Local datasets are n
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -55,6 +57,7 @@ class Prefetcher:
         self._held: Prepared | None = None  # made but not queued when the thread was stopped
         self._thread = threading.Thread(target=self._run, name="rlds-prefetch", daemon=True)
         self._thread.start()
+        _LIVE.add(self)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -87,6 +90,7 @@ class Prefetcher:
         first."""
         self._stop.set()
         self._thread.join()
+        _LIVE.discard(self)
         pending: list[Prepared] = []
         while True:
             try:
@@ -95,6 +99,19 @@ class Prefetcher:
                 return [*pending, self._held] if self._held is not None else pending
             if isinstance(item, Prepared):
                 pending.append(item)
+
+
+#: The prefetchers whose thread may be running (a loader left open holds one).
+_LIVE: weakref.WeakSet[Prefetcher] = weakref.WeakSet()
+
+
+@atexit.register
+def stop_prefetchers() -> None:
+    """Stop every live prefetcher's thread (at exit): a daemon thread still making a torch batch
+    while the interpreter finalizes aborted the process ('terminate called without an active
+    exception', exit 134) in 4 of 10 runs of a script that left its loaders open."""
+    for prefetcher in list(_LIVE):
+        prefetcher.stop()
 
 
 def draw_steps(out: Any) -> np.ndarray:

@@ -636,10 +636,13 @@ class ResidentWindow:
         return {"position": self.position, "drawn": self.drawn}
 
     def check_state(self, state: Any, what: str) -> None:
-        """Refuse a malformed window state (a :class:`~rlds_cli.errors.LoaderStateError`)."""
+        """Refuse a malformed window state (a :class:`~rlds_cli.errors.LoaderStateError`): ``drawn``
+        is below the rows of the largest block, as :meth:`advance` leaves it (which block is at
+        ``position`` depends on the state's seed; a larger one made the next draw walk the blocks
+        one by one, 2**62 of them)."""
         state = check_state(state, f"{what} resident window")
         check_int(state, "position", f"{what} resident window")
-        check_int(state, "drawn", f"{what} resident window")
+        check_int(state, "drawn", f"{what} resident window", high=int(self.lengths.max()) - 1)
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Take a state :meth:`check_state` accepted."""

@@ -168,6 +168,24 @@ def test_loader_merge_states_by_hand_two_ranks_to_three(ted_dataset: Any) -> Non
             assert own.sample()["index"].tolist() == two[r].sample()["index"].tolist()
 
 
+def test_an_elastic_resume_with_no_whole_batch_left_ends_the_epoch_empty(ted_dataset: Any) -> None:
+    """drop_last, 56 steps on 2 ranks, 3 of 4 batches each drawn, resumed on 3 ranks: the 14 steps
+    left make no batch of 7 a rank. The resumed pass served 2 batches of the next epoch (every
+    later epoch shifted by one); it is empty, and the pass after it is epoch 1, whole."""
+    ds = ted_dataset([8] * 7)
+    options: dict[str, Any] = {"sampler": "epoch", "drop_last": True, "seed": 1, "keys": []}
+    two = [Loader(ds, 7, rank=r, world_size=2, **options) for r in range(2)]
+    for loader in two:
+        for _ in range(3):
+            loader.sample()
+    merged = merge_states([loader.state_dict() for loader in two])
+    three = [Loader(ds, 7, rank=r, world_size=3, **options) for r in range(3)]
+    for loader in three:
+        loader.load_state_dict(merged)
+        assert [b for b in loader] == [] and loader.sampler.epoch == 0  # type: ignore[attr-defined]
+        assert len(list(loader)) == 56 // 3 // 7 and loader.sampler.epoch == 1  # type: ignore[attr-defined]
+
+
 def test_loader_refuses_another_world_size_without_every_ranks_progress(ted_dataset: Any) -> None:
     ds = ted_dataset([40, 40])
     a = Loader(ds, 8, sampler="blocks", seed=5, rank=0, world_size=2, keys=[])

@@ -172,6 +172,28 @@ def test_resume_is_exact(tmp_path: Path) -> None:
     assert mix.source.sizes == other.source.sizes == [30, 130]
 
 
+def test_a_state_saved_on_another_view_of_a_growing_source_is_refused(tmp_path: Path) -> None:
+    """An eviction keeps a source's size and moves its rows: the state was accepted and the resumed
+    mixture served episode 3 where the saved run served episode 2 (a single Loader refused)."""
+    from rlds_cli.errors import LoaderStateError
+
+    _write(tmp_path, "off", [100, 101], length=4)
+    _write(tmp_path, "on", [1, 2, 3], length=4, capacity_episodes=3)
+    kw = {"batch_size": 8, "seed": 0, "root": tmp_path}
+    mix = MixtureLoader(["off", "on"], [0.5, 0.5], **kw)  # type: ignore[arg-type]
+    mix.sample()
+    state = pickle.loads(pickle.dumps(mix.state_dict()))
+    again = MixtureLoader(["off", "on"], [0.5, 0.5], **kw)  # type: ignore[arg-type]
+    again.load_state_dict(state)  # the same views: resumed
+    _write(tmp_path, "on", [4], length=4, capacity_episodes=3)  # episode 1 evicted: 12 steps still
+    moved = MixtureLoader(["off", "on"], [0.5, 0.5], **kw)  # type: ignore[arg-type]
+    with pytest.raises(LoaderStateError, match="saved on growing source 'on' as of commit-log byte"):
+        moved.load_state_dict(state)
+    bad = {**state, "views": [1]}
+    with pytest.raises(LoaderStateError, match="'views' must be a mapping"):
+        moved.load_state_dict(bad)
+
+
 def test_a_member_created_with_a_schema_and_no_steps(tmp_path: Path) -> None:
     _write(tmp_path, "off", [1])
     schema = rlds_cli.open_dataset("off", root=tmp_path).fields

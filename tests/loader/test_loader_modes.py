@@ -151,6 +151,21 @@ def test_prefetch_errors_reach_the_caller(mm: Dataset) -> None:
         loader.sample()
 
 
+def test_prefetch_threads_of_loaders_left_open_stop_at_exit(mm: Dataset) -> None:
+    """A daemon thread still making a torch batch while the interpreter finalized aborted the
+    process ('terminate called without an active exception', exit 134): an exit hook stops them."""
+    import threading
+
+    from rlds_cli.loader.read_ahead import stop_prefetchers
+
+    loaders = [Loader(mm, 4, seed=s, prefetch=2) for s in range(3)]
+    for loader in loaders:
+        loader.sample()
+    assert sum(t.name == "rlds-prefetch" and t.is_alive() for t in threading.enumerate()) >= 3
+    stop_prefetchers()
+    assert not [t for t in threading.enumerate() if t.name == "rlds-prefetch" and t.is_alive()]
+
+
 def test_epoch_iteration_is_one_epoch(mm: Dataset) -> None:
     for drop_last, prefetch in [(False, 0), (True, 0), (False, 2)]:
         loader = Loader(mm, 16, sampler="epoch", drop_last=drop_last, prefetch=prefetch, keys=[])

@@ -164,3 +164,24 @@ def test_iterable_takes_any_sampler_with_replacement(ds: Dataset) -> None:
         TedIterableDataset(ds, 12, shuffle="slice")
     with pytest.raises(ValueError, match="shuffle='epoch' has no option"):
         TedIterableDataset(ds, 12, slice_len=4)
+
+
+def test_a_state_of_another_dataset_of_the_same_size_is_refused(ted_dataset: TedFactory) -> None:
+    """TedIterableDataset and TedDataLoader compared the step count alone: a state saved on another
+    dataset of 12 steps resumed silently (Loader refused it)."""
+    from rlds_cli.errors import LoaderStateError
+    from rlds_cli.loader.data_loader import TedDataLoader
+
+    a, b = ted_dataset([3, 4, 5], "a12"), ted_dataset([5, 4, 3], "b12")
+    saved = TedIterableDataset(a, 4, seed=0).state_dict()
+    TedIterableDataset(a, 4, seed=0).load_state_dict(saved)  # its own dataset: resumed
+    with pytest.raises(LoaderStateError, match="saved on another dataset than 'b12'"):
+        TedIterableDataset(b, 4, seed=0).load_state_dict(saved)
+
+    def mapped(dataset: Dataset) -> TedDataLoader:
+        return TedDataLoader(TedMapDataset(dataset), batch_sampler=EpochBatchSampler(12, 4, seed=0))
+
+    state = mapped(a).state_dict()
+    mapped(a).load_state_dict(state)
+    with pytest.raises(LoaderStateError, match="saved on another dataset than 'b12'"):
+        mapped(b).load_state_dict(state)

@@ -82,7 +82,9 @@ def test_bad_arguments_and_states() -> None:
     with pytest.raises(ValueError, match="drop refresh="):
         s.follow(None)  # type: ignore[arg-type]
     good = s.state_dict()
-    for bad in ({**good, "resident": {"position": -1, "drawn": 0}}, {**good, "resident": None}):
+    # drawn past its block's rows: the next draw walked 2**62 blocks one by one (a hang)
+    huge = {**good, "resident": {"position": 0, "drawn": 2**62}}
+    for bad in ({**good, "resident": {"position": -1, "drawn": 0}}, {**good, "resident": None}, huge):
         with pytest.raises(LoaderStateError, match="resident window"):
             s.load_state_dict(bad)
     assert s.state_dict() == good
