@@ -497,6 +497,22 @@ def test_a_file_written_since_by_another_push_is_uploaded_again(
     assert pull(url, root=tmp_path / "o").digests_checked
 
 
+def _another_push_lands_first(monkeypatch: pytest.MonkeyPatch, name: str, url: str, root: Path) -> None:
+    """The next push's first upload waits for a whole push of ``name`` from ``root`` to ``url``
+    (another machine's, committed while this one runs); later uploads run as they are."""
+    real = push_module._upload_file
+    done: list[bool] = []
+
+    def other_push_lands(*args: Any, **kwargs: Any) -> None:
+        if not done:
+            done.append(True)
+            monkeypatch.setattr(push_module, "_upload_file", real)
+            push(name, url, root=root)
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(push_module, "_upload_file", other_push_lands)
+
+
 def test_a_version_committed_by_another_push_meanwhile_is_not_overwritten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -505,19 +521,9 @@ def test_a_version_committed_by_another_push_meanwhile_is_not_overwritten(
     make_demo("a", "memmap")
     make_demo("b", "zarr", root=tmp_path / "elsewhere")
     url = f"file://{tmp_path / 'store' / 'd'}"
-    real = push_module._upload_file
-    done = []
-
-    def other_push_lands(*args: Any, **kwargs: Any) -> None:
-        if not done:
-            done.append(True)
-            push("b", url, root=tmp_path / "elsewhere")
-        real(*args, **kwargs)
-
-    monkeypatch.setattr(push_module, "_upload_file", other_push_lands)
+    _another_push_lands_first(monkeypatch, "b", url, tmp_path / "elsewhere")
     with pytest.raises(RemoteExistsError, match="another push committed a version"):
         push("a", url)
-    monkeypatch.setattr(push_module, "_upload_file", real)
     assert pull(url, root=tmp_path / "o").name == "b"  # the other push's version, whole
 
 
@@ -536,20 +542,10 @@ def test_a_push_that_wrote_over_a_version_committed_meanwhile_leaves_no_mix_read
     make_ted(mine, "d", [3, 4, 5])
     make_ted(theirs, "d", [5, 4, 3])  # the same files and sizes, other values
     url = f"file://{tmp_path / 'store' / 'd'}"
-    real = push_module._upload_file
-    done = []
-
-    def other_push_lands(*args: Any, **kwargs: Any) -> None:
-        if not done:
-            done.append(True)
-            push("d", url, root=theirs)
-        real(*args, **kwargs)
-
-    monkeypatch.setattr(push_module, "_upload_file", other_push_lands)
+    _another_push_lands_first(monkeypatch, "d", url, theirs)
     with pytest.raises(RemoteExistsError, match=r"which had written over \d+ of its files") as info:
         push("d", url, root=mine)
     assert "the URL holds no version now" in info.value.message
-    monkeypatch.setattr(push_module, "_upload_file", real)
     with pytest.raises(RemoteDatasetNotFoundError):
         rlds_cli.open_dataset(url)
     assert push("d", url, root=theirs, force=True).uploaded
@@ -561,18 +557,9 @@ def test_a_push_that_wrote_over_a_version_committed_meanwhile_leaves_no_mix_read
     # the same bytes pushed meanwhile: nothing of the other version was changed, it stays
     make_ted(same, "d", [3, 4, 5])
     url2 = f"file://{tmp_path / 'store2' / 'd'}"
-    done.clear()
-
-    def same_push_lands(*args: Any, **kwargs: Any) -> None:
-        if not done:
-            done.append(True)
-            push("d", url2, root=same)
-        real(*args, **kwargs)
-
-    monkeypatch.setattr(push_module, "_upload_file", same_push_lands)
+    _another_push_lands_first(monkeypatch, "d", url2, same)
     with pytest.raises(RemoteExistsError, match="nothing was committed"):
         push("d", url2, root=mine)
-    monkeypatch.setattr(push_module, "_upload_file", real)
     assert pull(url2, root=tmp_path / "o2").digests_checked
 
 
