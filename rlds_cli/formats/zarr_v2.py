@@ -378,8 +378,8 @@ class BoundedChunkDecoder:
 
 #: Most memory LZMA's decoder may take (its window: 8 MiB at xz's default preset, 64 MiB at -9).
 LZMA_MEMORY_LIMIT = 128 << 20
-#: imagecodecs' image codecs that refuse an ``out`` of another shape than the image's header
-#: gives, before decoding (each checked; GIF's frame axis does not fit a chunk's shape).
+#: imagecodecs' image (and LERC, ZFP array) codecs that refuse an ``out`` of another shape than
+#: the header gives, before decoding (each checked; GIF's frame axis does not fit a chunk's shape).
 _IMAGE_CODECS = frozenset(
     f"imagecodecs_{name}"
     for name in (
@@ -397,6 +397,8 @@ _IMAGE_CODECS = frozenset(
         "bmp",
         "qoi",
         "tiff",
+        "lerc",
+        "zfp",
     )
 )
 #: The end marker of image codecs whose decoders serve a cut image without an error (JPEG's EOI,

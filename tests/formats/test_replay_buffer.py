@@ -441,6 +441,30 @@ def test_every_bounded_byte_codec_reads_every_dtype_exactly(tmp_path: Path) -> N
             np.testing.assert_array_equal(got, chunk, err_msg=f"{codec_id} {np.dtype(dtype)}")
 
 
+@pytest.mark.parametrize("codec_id", ["imagecodecs_lerc", "imagecodecs_zfp"])
+def test_an_array_codecs_chunk_of_another_shape_is_refused_unallocated(tmp_path: Path, codec_id: str) -> None:
+    """A 70-byte LERC chunk declaring 3000 x 3000 floats decoded whole (191 MB) before zarr saw
+    its size: LERC and ZFP now decode into the chunk's shape, which they check first."""
+    import numcodecs
+
+    from rlds_cli.formats.zarr_v2 import BoundedChunkDecoder, register_imagecodecs
+
+    register_imagecodecs(tmp_path, "x", codec_id)
+    codec = numcodecs.get_codec({"id": codec_id})
+    chunk = np.random.default_rng(0).random((1, 48, 48)).astype(np.float32)
+    bounded = BoundedChunkDecoder(codec, chunk.shape, chunk.dtype)
+    np.testing.assert_array_equal(np.asarray(bounded.decode(codec.encode(chunk))).reshape(chunk.shape), chunk)
+    bomb = codec.encode(np.zeros((3000, 3000), np.float32))
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="shape"):
+            bounded.decode(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, f"{peak:,} bytes allocated"
+
+
 def _frame_chunks(folder: Path, codec_id: str) -> Any:
     """The zarr v2 image array at ``folder`` rewritten as one frame per chunk, each compressed
     with ``codec_id`` (as UMI writes its cameras); the codec."""
