@@ -536,7 +536,8 @@ def _check_lists(raw: Any) -> None:
 def _check_file(file: RegistryFile) -> RegistryFile:
     """Reject values that would fail only at download time, with the key in the message."""
     name = Path(file.name)
-    if not file.name or name.is_absolute() or ".." in name.parts or "\\" in file.name:
+    parts = file.name.split("/")
+    if not file.name or name.is_absolute() or "\\" in file.name or any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"'name' ({file.name!r} must be a relative path inside the download folder)")
     for url in file.urls:
         if not (url.startswith(BUNDLED_SCHEME) or _URL_RE.match(url)):
@@ -546,6 +547,19 @@ def _check_file(file: RegistryFile) -> RegistryFile:
     if file.size is not None and file.size < 0:
         raise ValueError(f"'size' ({file.size} is negative)")
     return file
+
+
+def _check_names_apart(files: tuple[RegistryFile, ...]) -> None:
+    """Reject two files of one name (one URL's bytes stood for both) or a name that is another's
+    folder ('a' and 'a/b.hdf5': one cannot be written beside the other)."""
+    names = [f.name for f in files]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"'name' ({twice[0]!r} names two files: each file needs a name of its own)")
+    folders = {"/".join(n.split("/")[:i]) for n in names for i in range(1, n.count("/") + 1)}
+    clash = sorted(set(names) & folders)
+    if clash:
+        raise ValueError(f"'name' ({clash[0]!r} is a file and the folder of another file)")
 
 
 def _reader_options(raw: dict[str, Any]) -> dict[str, Any]:
@@ -673,6 +687,7 @@ def parse_entry(raw: dict[str, Any], origin: Path) -> RegistryEntry:
             )
             for f in raw.get("files", [])
         )
+        _check_names_apart(files)
         return RegistryEntry(
             id=str(raw["id"]),
             format=str(raw["format"]),

@@ -517,13 +517,23 @@ def save_listing(folder: Path, listing: FolderListing) -> None:
 
 def read_listing(folder: Path, where: HubPath) -> FolderListing | None:
     """The listing kept in ``folder`` (``None`` if none); a stored plain JSON list of files has
-    no commit."""
+    no commit.
+
+    Raises:
+        OfflineError: The kept listing cannot be read (its files are named by it alone).
+    """
     known = stored_listing(folder)
     if known is None:
         return None
-    data = json.loads(known.read_text(encoding="utf-8"))
-    items, commit = (data, None) if isinstance(data, list) else (data["files"], data.get("commit"))
-    files = [RemoteFile(**{**f, "urls": tuple(f["urls"])}) for f in items]
+    try:
+        data = json.loads(known.read_text(encoding="utf-8"))
+        items, commit = (data, None) if isinstance(data, list) else (data["files"], data.get("commit"))
+        files = [RemoteFile(**{**f, "urls": tuple(f["urls"])}) for f in items]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise OfflineError(
+            f"{known}: the file list kept by an earlier download is damaged ({type(exc).__name__})",
+            hint="download it online again (without --offline): the Hub lists the files afresh",
+        ) from None
     return FolderListing(where, commit, files)
 
 

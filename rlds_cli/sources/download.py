@@ -40,6 +40,7 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog import registry
 from rlds_cli.errors import (
     DownloadFailedError,
+    InvalidSelectionError,
     OfflineError,
     SourceFormatError,
     SourceNotFoundError,
@@ -159,6 +160,7 @@ def download(
     if source.startswith("hf://"):
         from rlds_cli.sources.download import download_hub
 
+        _refuse_sha256(sha256, source, "a Hub repo")
         return download_hub(
             source, name=name, format=format, cache=cache, options=options, force=force, offline=offline,
             keep_raw=keep_raw, convert_args=convert_args,
@@ -166,6 +168,7 @@ def download(
     if not registry.is_known(source) and _looks_like_path(source):
         raise SourceNotFoundError(f"source file {path} does not exist")
     entry = registry.resolve(source)
+    _refuse_sha256(sha256, source, "a registry id")
     convert_args["registry_license"] = entry.license
     convert_args["env"] = entry.env_entry()
     merged = {**entry.options, **{k: v for k, v in (options or {}).items() if v is not None}}
@@ -199,6 +202,17 @@ def download(
         if not keep_raw:
             drop_raw_files(folder, results)
         return result
+
+
+def _refuse_sha256(sha256: str | None, source: str, kind: str) -> None:
+    """``--sha256`` names one file's hash: refused for a source whose files carry their own (it was
+    dropped without a word, and any file converted)."""
+    if sha256 is not None:
+        raise InvalidSelectionError(
+            f"--sha256 checks a URL or a local file; {source!r} is {kind}, whose files carry their own "
+            "hashes (checked at every download)",
+            hint="leave --sha256 out ('rlds verify NAME' checks the files afterwards)",
+        )
 
 
 def _download_url(

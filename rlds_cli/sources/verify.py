@@ -143,6 +143,20 @@ def _raw_file_check(f: dict[str, Any], name: str) -> dict[str, Any]:
             "no longer on disk: it was kept after its download and removed since; its recorded sha256 still "
             "checks the next download",
         )
+    if f["status"] == "unconfirmed":
+        return _check(
+            label,
+            "skipped",
+            "its sha256 was recorded at its first download and is confirmed only once the file converts",
+        )
+    if f["status"] == "failed to convert":
+        return _check(
+            label,
+            "fail",
+            "its last download did not convert (a file cut short or not the one expected): its recorded "
+            "sha256 vouches for nothing",
+            f"download it again ('rlds download {name}': the next run fetches it afresh)",
+        )
     origin = f"the {f['origin']} sha256" if f["origin"] else "the recorded sha256"
     if f["status"] == "ok":
         return _check(label, "pass", f"sha256 {f['actual'][:16]}... matches {origin}")
@@ -479,6 +493,9 @@ def _check_files(folder: Path, known: dict[str, str]) -> list[dict[str, Any]]:
             row["actual"] = sha256_file(path)
             clash = rec is not None and file_name in known and rec.sha256 != known[file_name]
             row["status"] = "ok" if row["actual"] == expected and not clash else "mismatch"
+            if row["status"] == "ok" and file_name not in known and rec is not None and not rec.pinned:
+                # a first-seen hash binds nothing until the file converted: it vouches for no byte
+                row["status"] = "failed to convert" if rec.convert_failed else "unconfirmed"
         out.append(row)
     return out
 

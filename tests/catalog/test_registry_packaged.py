@@ -150,8 +150,20 @@ def test_generator_reproduces_the_committed_files(tmp_path: Path) -> None:
         ('name = "../a"\nurls = ["https://x.org/a"]\n', "'name' ('../a' must be a relative path"),
         ('name = "/etc/a"\nurls = ["https://x.org/a"]\n', "'name' ('/etc/a' must be a relative path"),
         ('name = "a"\nurls = ["https://x.org/a"]\nsize = -1\n', "'size' (-1 is negative)"),
+        # these crashed the download ('unexpected OSError', 'unexpected FileExistsError'), or let one
+        # URL's bytes stand for two files
+        ('name = "."\nurls = ["https://x.org/a"]\n', "'name' ('.' must be a relative path"),
+        ('name = "a//b"\nurls = ["https://x.org/a"]\n', "'name' ('a//b' must be a relative path"),
+        (
+            'name = "x"\nurls = ["https://x.org/a"]\n[[dataset.files]]\nname = "x"\nurls = ["https://x.org/b"]\n',
+            "'name' ('x' names two files",
+        ),
+        (
+            'name = "a"\nurls = ["https://x.org/a"]\n[[dataset.files]]\nname = "a/b"\nurls = ["https://x.org/b"]\n',
+            "'name' ('a' is a file and the folder of another file)",
+        ),
     ],
-    ids=["sha256", "scheme", "space", "dotdot", "absolute", "size"],
+    ids=["sha256", "scheme", "space", "dotdot", "absolute", "size", "dot", "empty-part", "twice", "folder"],
 )
 def test_bad_entry_gives_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_table: str, message: str

@@ -537,6 +537,17 @@ def test_a_captive_portal_page_is_never_pinned(server: FaultServer, isolated_cac
     assert record is not None and record.sha256 == hashlib.sha256(portal).hexdigest() and not record.pinned
     assert ok_json("info", "lp")["files"][0]["sha256_origin"] == "unconfirmed"
     assert published(isolated_cache) == []
+    # verify passed it: "matches the recorded sha256", a hash that vouches for nothing
+    checked = invoke("verify", "lp", "--json")
+    assert checked.exit_code == 1, checked.output
+    checks = json.loads(checked.stdout)["checks"]
+    (check,) = [c for c in checks if c["check"] == "downloaded file pointmass.hdf5"]
+    assert check["status"] == "fail" and "its last download did not convert" in check["detail"]
+    # --sha256 names one file's hash: it was dropped without a word for a registry id
+    refused = invoke("download", "lp", "--sha256", "0" * 64)
+    assert refused.exit_code == 1 and "--sha256 checks a URL or a local file; 'lp' is a registry id" in (
+        refused.stderr
+    )
     server.files["/d4rl/pointmass.hdf5"] = DEMO  # the network works now
     # another id of the same URL does not borrow the unconverted file
     assert ok_json("download", "local-points-long-v0")["downloads"][0]["sha256"] == DEMO_SHA

@@ -162,6 +162,10 @@ def test_registry_folder_converts_from_one_commit_and_offline(
     listing_path(home).write_text(json.dumps(old))
     download("toy/roboset-v1", name="old-listing", offline=True)
     assert "hub" not in _source(isolated_cache, "old-listing")
+    # a damaged one is named (it was 'unexpected JSONDecodeError', naming no file)
+    listing_path(home).write_text('{"files": [')
+    with pytest.raises(OfflineError, match="the file list kept by an earlier download is damaged"):
+        download("toy/roboset-v1", name="damaged-listing", offline=True, force=True)
 
 
 def test_listing_offline_before_any_download(hub: HubStandin) -> None:
