@@ -42,7 +42,7 @@ import os
 import re
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -634,15 +634,19 @@ def _fetch_all(
 
 
 def _verified(store: HashStore, name: str, target: Path, file: HubFile) -> FileRecord | None:
-    """The record of a copy already there and unchanged since it verified, if it matches ``file``."""
+    """The record of a copy already there, if it matches ``file``: unchanged since it verified, or
+    touched since (its mtime alone: a copy, a backup restore) and hashed again to the same bytes."""
     record = store.get(name)
     if record is None or not target.is_file():
         return None
     stat = target.stat()
-    if stat.st_size != file.size or stat.st_mtime_ns != record.mtime_ns:
+    if stat.st_size != file.size or (file.sha256 is not None and record.sha256 != file.sha256):
         return None
-    if file.sha256 is not None and record.sha256 != file.sha256:
-        return None
+    if stat.st_mtime_ns != record.mtime_ns:
+        if sha256_file(target) != record.sha256:
+            return None
+        record = replace(record, mtime_ns=stat.st_mtime_ns)
+        store.put(name, record)
     return record
 
 

@@ -96,6 +96,14 @@ def test_revision_is_pinned_to_its_commit(hub: HubStandin, isolated_cache: Path)
     hub.log.clear()
     download(f"hf://datasets/lerobot-test/tiny@{first}", name="again", offline=True)
     assert hub.log == []
+    # a downloaded file touched since (its mtime alone: a backup restore) is hashed again and used;
+    # offline it was "not downloaded yet", online it was fetched again
+    for path in isolated_cache.joinpath("raw").rglob("*"):
+        if path.is_file() and ".rlds" not in path.parts:
+            os.utime(path, ns=(1, 1))
+    download(f"hf://datasets/lerobot-test/tiny@{first}", name="touched", offline=True)
+    download(f"hf://datasets/lerobot-test/tiny@{first}", name="touched-online")
+    assert not [e for e in hub.log if "/resolve/" in e["path"]]
     with pytest.raises(OfflineError, match="offline"):
         download("hf://datasets/lerobot-test/tiny", name="x", offline=True)
 
