@@ -91,6 +91,13 @@ def text_key(batch: Any) -> Any:
     return {**batch, "label": np.array(["x"] * len(batch["action"]))}
 
 
+def empty_key(batch: Any) -> Any:
+    """Adds a key of no value per step (shape (steps, 0))."""
+    out = dict(batch)
+    out["info/empty"] = np.zeros((len(batch["action"]), 0), np.float32)
+    return out
+
+
 def vector_reward(batch: Any) -> Any:
     return {**batch, "next/reward": np.repeat(batch["next/reward"], 3, axis=1)}
 

@@ -56,6 +56,11 @@ def _as_array(key: str, value: Any) -> np.ndarray:
         raise OutputSchemaError(
             f"output key {key!r} has dtype {arr.dtype}; only numbers and bools are stored"
         )
+    if 0 in arr.shape[1:]:  # audit, the npz and torchrl exports failed on it; other readers drop it
+        raise OutputSchemaError(
+            f"output key {key!r} has per-step shape {arr.shape[1:]}: no value per step",
+            hint="leave the key out of the returned batch",
+        )
     if key in _SINGLETON and arr.ndim == 1:
         arr = arr[:, None]
     if key in _SINGLETON and arr.shape[1:] != (1,):

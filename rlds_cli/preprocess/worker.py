@@ -25,6 +25,8 @@ from rlds_cli.cache import stats
 from rlds_cli.cache.backends import get_backend, save_npz
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import JOB_CHUNKS_DIR, JOB_OUTPUT_DIR, MANIFEST_FILE
+from rlds_cli.cache.manifest import read_manifest
+from rlds_cli.cache.opening import open_published
 from rlds_cli.errors import (
     CacheNotVisibleError,
     DatasetReplacedError,
@@ -72,8 +74,8 @@ def _state(spec: Mapping[str, Any]) -> dict[str, Any]:
             from rlds_cli.remote.reader import open_remote
 
             ds: Dataset = open_remote(spec["source_url"])
-        else:
-            ds = Dataset(spec["source_dir"])
+        else:  # by its layout's reader: a merge or trim reads its parents' arrays
+            ds = open_published(Path(spec["source_dir"]), read_manifest(Path(spec["source_dir"])))
         if ds.manifest.digest() != spec["source_digest"]:
             raise DatasetReplacedError(f"source dataset {ds.name!r} changed since the job started")
         st = {"ds": ds, "fn": fnref.get(spec["fn"], spec.get("fn_source"))}

@@ -214,6 +214,8 @@ def test_dropping_everything_is_an_error(golden: str) -> None:
         # named as the cache's ("under .../out cannot be a file name", "the dataset was tampered with")
         ("bad_key", "step", r"output key 'a//b' cannot be stored: it has an empty part"),
         ("text_key", "step", r"output key 'label' has dtype <U1; only numbers and bools"),
+        # stored, then audit and the npz and torchrl exports failed ('unexpected IndexError')
+        ("empty_key", "step", r"output key 'info/empty' has per-step shape \(0,\): no value per step"),
         # stored before, then read as 3x the return (vector) or returns of 1.0 (bool)
         ("vector_reward", "step", r"output key 'next/reward' has shape \(\d+, 3\): it is one value per step"),
         ("bool_reward", "step", r"output key 'next/reward' has dtype bool; a reward is a number"),

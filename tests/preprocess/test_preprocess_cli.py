@@ -60,6 +60,24 @@ def test_cli_end_to_end_on_the_demo_with_two_workers() -> None:
     assert again.exit_code == 0 and json.loads(again.stdout)["reused"] is True
 
 
+def test_a_merge_and_a_trim_are_preprocessed_like_any_dataset() -> None:
+    """The workers opened a merge or trim as a stored dataset: 'array file .../arrays/action.npy
+    is missing' (verify passed), and the job's folder was left in tmp/."""
+    from rlds_cli.sources.download import download
+
+    name = download("demo").manifest.name
+    assert invoke("view", name, "-e", "0:5", "-n", "a").exit_code == 0
+    assert invoke("merge", "a", name, "-n", "m").exit_code == 0
+    assert invoke("trim", name, "--start", "1", "--end", "1", "-n", "t").exit_code == 0
+    for source in ("m", "t"):
+        result = invoke("preprocess", source, "--fn", f"{FNS}:identity", "--name", f"{source}-pp")
+        assert result.exit_code == 0, (result.stdout, result.stderr)
+        src, out = open_dataset(source), open_dataset(f"{source}-pp")
+        assert out.num_episodes == src.num_episodes
+        for key, values in src[:].items():
+            assert np.array_equal(out[:][key], values), (source, key)
+
+
 def test_cli_json_stats_and_dry_run() -> None:
     make_dataset("small", [5, 6, 7])
     dry = invoke("preprocess", "small", "--fn", f"{FNS}:add_features", "--dry-run", "--json")
