@@ -79,7 +79,8 @@ def episode_returns(ds: Dataset, budget: Budget | None = None) -> np.ndarray:
         e0, e1 = (int(e) for e in bounds.episode_of(np.array([start, start + len(chunk) - 1])))
         # each episode's first step in the block (the first one may have begun before it)
         firsts = np.maximum(bounds.starts[e0 : e1 + 1], start) - start
-        returns[e0 : e1 + 1] += np.add.reduceat(per_step, firsts)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf is NaN, as the data say: no warning
+            returns[e0 : e1 + 1] += np.add.reduceat(per_step, firsts)
     return returns
 
 

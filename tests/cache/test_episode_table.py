@@ -297,3 +297,22 @@ def test_record_refuses_a_bad_capacity_before_writing(isolated_cache: Path) -> N
     with pytest.raises(ValueError, match="capacity must be a whole number above 0"):
         rlds_cli.record("CartPole-v1", None, name="nope", episodes=1, capacity=0)
     assert not (isolated_cache / "datasets" / "nope").exists()
+
+
+def test_returns_of_infinite_rewards_are_nan_without_a_warning(tmp_path: Path) -> None:
+    """inf + -inf in one episode printed numpy's 'invalid value encountered in reduceat' under
+    'rlds inspect' (the library never prints); the return is NaN, as the data say."""
+    import warnings
+
+    from rlds_cli.cache.episode_table import episode_returns
+    from tests.loader_fixtures import make_ted
+
+    ds = make_ted(tmp_path, "x", [3, 4])
+    path = ds.directory / "arrays" / "next" / "reward.npy"
+    rewards = np.load(path)
+    rewards[0], rewards[1], rewards[3] = np.inf, -np.inf, 2.0
+    np.save(path, rewards)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        returns = episode_returns(Dataset(ds.directory))
+    assert np.isnan(returns[0]) and returns[1] == rewards[3:].sum()
