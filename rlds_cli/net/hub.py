@@ -615,6 +615,12 @@ def _fetch_all(
             )
             continue
         if offline:
+            if target.is_file() and not force:  # there, but not the bytes the Hub lists
+                raise OfflineError(
+                    f"{where} file {file.path!r}: the copy at {target} does not match its expected "
+                    "size or sha256, and offline mode is on",
+                    hint="download it online again (without --offline)",
+                )
             raise OfflineError(f"{where} file {file.path!r} is not downloaded yet and offline mode is on")
         got = _download(where, sha, file, staging)
         digest = _check(where, file, got)

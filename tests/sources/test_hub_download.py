@@ -104,6 +104,14 @@ def test_revision_is_pinned_to_its_commit(hub: HubStandin, isolated_cache: Path)
     download(f"hf://datasets/lerobot-test/tiny@{first}", name="touched", offline=True)
     download(f"hf://datasets/lerobot-test/tiny@{first}", name="touched-online")
     assert not [e for e in hub.log if "/resolve/" in e["path"]]
+    # a copy whose bytes changed is named as such offline (it said "not downloaded yet")
+    changed = next(p for p in isolated_cache.joinpath("raw").rglob("*.parquet") if ".rlds" not in p.parts)
+    data = bytearray(changed.read_bytes())
+    data[-1] ^= 1
+    changed.write_bytes(bytes(data))
+    with pytest.raises(OfflineError, match="does not match its expected size or sha256"):
+        for n, commit in enumerate((first, later)):
+            download(f"hf://datasets/lerobot-test/tiny@{commit}", name=f"changed-{n}", offline=True)
     with pytest.raises(OfflineError, match="offline"):
         download("hf://datasets/lerobot-test/tiny", name="x", offline=True)
 
