@@ -536,8 +536,7 @@ def _check_lists(raw: Any) -> None:
 def _check_file(file: RegistryFile) -> RegistryFile:
     """Reject values that would fail only at download time, with the key in the message."""
     name = Path(file.name)
-    parts = file.name.split("/")
-    if not file.name or name.is_absolute() or "\\" in file.name or any(p in ("", ".", "..") for p in parts):
+    if not name.parts or name.is_absolute() or ".." in name.parts or "\\" in file.name:
         raise ValueError(f"'name' ({file.name!r} must be a relative path inside the download folder)")
     for url in file.urls:
         if not (url.startswith(BUNDLED_SCHEME) or _URL_RE.match(url)):
@@ -552,7 +551,7 @@ def _check_file(file: RegistryFile) -> RegistryFile:
 def _check_names_apart(files: tuple[RegistryFile, ...]) -> None:
     """Reject two files of one name (one URL's bytes stood for both) or a name that is another's
     folder ('a' and 'a/b.hdf5': one cannot be written beside the other)."""
-    names = [f.name for f in files]
+    names = [Path(f.name).as_posix() for f in files]  # "./x.hdf5" is "x.hdf5"
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ValueError(f"'name' ({twice[0]!r} names two files: each file needs a name of its own)")

@@ -191,7 +191,10 @@ def check_weights(weights: Any, count: int) -> np.ndarray:
     try:
         w = np.asarray(weights, np.float64)
         # True/False are no weights (a mask meant otherwise?), nor are "1", "2" (numpy parses them)
-        if np.asarray(weights).dtype.kind in "bUS":
+        raw = np.asarray(weights)
+        if raw.dtype.kind in "bUS" or (
+            raw.dtype.kind == "O" and any(isinstance(x, str | bytes | bool) for x in raw.ravel())
+        ):
             w = np.full(count + 1, np.nan)
     except (TypeError, ValueError, OverflowError):  # strings, None, ragged, past float64: not weights
         w = np.full(count + 1, np.nan)

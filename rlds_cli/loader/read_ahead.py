@@ -19,6 +19,7 @@ rewind, :meth:`ReadAhead.close`) end their prefetch's wait. Local datasets are n
 from __future__ import annotations
 
 import atexit
+import contextlib
 import queue
 import threading
 import time
@@ -120,6 +121,13 @@ def stop_prefetchers(timeout: float = EXIT_WAIT_SECONDS) -> None:
     deadline = time.monotonic() + timeout
     for prefetcher in live:
         prefetcher._thread.join(max(0.0, deadline - time.monotonic()))
+        # a later get() (another exit handler drawing a batch) says so, never waits on no thread
+        with contextlib.suppress(queue.Empty):
+            while True:
+                prefetcher._queue.get_nowait()
+        prefetcher._queue.put_nowait(
+            _Failure(RuntimeError("the loader's prefetch thread was stopped at exit"))
+        )
 
 
 def draw_steps(out: Any) -> np.ndarray:

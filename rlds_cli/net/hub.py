@@ -615,7 +615,7 @@ def _fetch_all(
             )
             continue
         if offline:
-            if target.is_file() and not force:  # there, but not the bytes the Hub lists
+            if target.is_file() and not force and store.get(name) is not None:  # recorded, not these bytes
                 raise OfflineError(
                     f"{where} file {file.path!r}: the copy at {target} does not match its expected "
                     "size or sha256, and offline mode is on",

@@ -276,7 +276,10 @@ def folder_listing(entry: registry.RegistryEntry, folder: Path, *, offline: bool
         try:
             listing = list_folder(lst.hf_repo, lst.path, revision=lst.revision, suffix=lst.suffix)
         except DownloadFailedError:
-            known = read_listing(folder, where)
+            try:
+                known = read_listing(folder, where)
+            except OfflineError:  # a damaged kept list: the Hub's failure is what to say
+                known = None
             if known is not None:
                 return known
             raise

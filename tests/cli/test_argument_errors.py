@@ -24,7 +24,15 @@ def _dataset(name: str, episodes: int = 2) -> None:
 
 
 @pytest.mark.parametrize(
-    "weights", [{"a": "x", "b": 1.0}, {"a": None, "b": 1.0}, ["ab", 1.0], ["1", "2"], {"a": "1", "b": 2.0}]
+    "weights",
+    [
+        {"a": "x", "b": 1.0},
+        {"a": None, "b": 1.0},
+        ["ab", 1.0],
+        ["1", "2"],
+        {"a": "1", "b": 2.0},
+        np.array(["1", "2"], dtype=object),
+    ],
 )
 def test_mixture_weights_that_are_no_numbers_are_one_error(isolated_cache: Path, weights: object) -> None:
     _dataset("a")

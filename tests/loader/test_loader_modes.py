@@ -164,6 +164,8 @@ def test_prefetch_threads_of_loaders_left_open_stop_at_exit(mm: Dataset) -> None
     assert sum(t.name == "rlds-prefetch" and t.is_alive() for t in threading.enumerate()) >= 3
     stop_prefetchers()
     assert not [t for t in threading.enumerate() if t.name == "rlds-prefetch" and t.is_alive()]
+    with pytest.raises(RuntimeError, match="stopped at exit"):  # a later draw says so, never waits
+        loaders[0].sample()
 
 
 def test_epoch_iteration_is_one_epoch(mm: Dataset) -> None:

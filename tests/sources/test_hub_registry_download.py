@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from rlds_cli.catalog import registry
-from rlds_cli.errors import HTTPStatusError, OfflineError, RegistryFormatError
+from rlds_cli.errors import DownloadFailedError, HTTPStatusError, OfflineError, RegistryFormatError
 from rlds_cli.net.hub import list_folder
 from rlds_cli.net.layout import listing_path
 from rlds_cli.sources.convert import convert
@@ -166,6 +166,8 @@ def test_registry_folder_converts_from_one_commit_and_offline(
     listing_path(home).write_text('{"files": [')
     with pytest.raises(OfflineError, match="the file list kept by an earlier download is damaged"):
         download("toy/roboset-v1", name="damaged-listing", offline=True, force=True)
+    with pytest.raises(DownloadFailedError):  # online, the Hub's failure is what is said
+        download("toy/roboset-v1", name="damaged-listing", force=True)
 
 
 def test_listing_offline_before_any_download(hub: HubStandin) -> None:
