@@ -15,13 +15,12 @@ from torch.utils.data import DataLoader
 
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.loader.ring import BatchRing, SlotBatch
-from rlds_cli.loader.run_state import dataset_fingerprint
+from rlds_cli.loader.run_state import check_same_dataset, dataset_fingerprint
 from rlds_cli.loader.tensors import to_torch
 from rlds_cli.loader.torch_data import (
     EpochBatchSampler,
     TedIterableDataset,
     TedMapDataset,
-    check_same_dataset,
     collate_ted,
 )
 

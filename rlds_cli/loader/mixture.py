@@ -60,6 +60,7 @@ from rlds_cli.loader.run_state import (
     check_int,
     check_settings,
     check_state,
+    check_view,
     dataset_fingerprint,
     rank_world,
     run_seed,
@@ -665,17 +666,7 @@ class MixtureLoader:
         if not isinstance(views, Mapping):
             raise LoaderStateError(f"MixtureLoader state field 'views' must be a mapping, got {views!r}")
         for name, ds in zip(self.names, self.datasets, strict=True):
-            position = getattr(ds, "log_position", None)
-            saved = views.get(name)
-            if position is None or saved is None or saved == position:
-                continue
-            raise LoaderStateError(
-                f"MixtureLoader state was saved on growing source {name!r} as of commit-log byte "
-                f"{saved}; this mixture reads its view as of byte {position}, whose rows are others "
-                "(evictions and commits moved them), so the sampler's state would draw other rows",
-                hint="resume on that view (GrowingDataset(path, position=...) while its segments are "
-                "kept), or start the mixture's sampler afresh",
-            )
+            check_view(views.get(name), ds, "MixtureLoader", f"growing source {name!r}")
 
 
 def _weights_setting(weights: Any) -> str:

@@ -313,16 +313,25 @@ def check_loader_state(state: Any, dataset: Any = None) -> Mapping[str, Any]:
     if "settings" in state and not isinstance(state["settings"], Mapping):
         raise LoaderStateError(f"Loader state field 'settings' must be a mapping, got {state['settings']!r}")
     saved = check_int(state, "view", "Loader", required=False)
-    position = getattr(dataset, "log_position", None)
-    if saved is not None and position is not None and saved != position:
-        raise LoaderStateError(
-            f"Loader state was saved on growing dataset {dataset.name!r} as of commit-log byte "
-            f"{saved}; this loader reads its view as of byte {position}, whose rows are others "
-            "(evictions and commits moved them), so the sampler's state would draw other rows",
-            hint="resume on that view (GrowingDataset(path, position=...) while its segments are "
-            "kept), or start the sampler afresh on the new view",
-        )
+    if dataset is not None:
+        check_view(saved, dataset, "Loader", f"growing dataset {getattr(dataset, 'name', '?')!r}")
     return state
+
+
+def check_view(saved: Any, dataset: Any, what: str, described: str) -> None:
+    """Refuse a state saved on another view of a growing ``dataset`` than the one read now (its
+    commit-log byte ``saved``): evictions and commits moved its rows, so the sampler's state would
+    draw other rows. Not checked where either side records no position."""
+    position = getattr(dataset, "log_position", None)
+    if saved is None or position is None or saved == position:
+        return
+    raise LoaderStateError(
+        f"{what} state was saved on {described} as of commit-log byte {saved}; this "
+        f"{what} reads its view as of byte {position}, whose rows are others (evictions and commits "
+        "moved them), so the sampler's state would draw other rows",
+        hint="resume on that view (GrowingDataset(path, position=...) while its segments are "
+        "kept), or start the sampler afresh on the new view",
+    )
 
 
 def dataset_fingerprint(dataset: Any) -> str | None:
@@ -332,6 +341,23 @@ def dataset_fingerprint(dataset: Any) -> str | None:
     if not digests:
         return None
     return hashlib.sha256(json.dumps(digests, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def check_same_dataset(state: Mapping[str, Any], dataset: Any, what: str) -> None:
+    """Refuse a state whose ``dataset`` (:func:`dataset_fingerprint`) is another dataset's than
+    ``dataset`` (of the same size: the step count alone let it through). A state without one (an
+    older rlds's), or a dataset that records no content digests, is not checked."""
+    saved, mine = state.get("dataset"), dataset_fingerprint(dataset)
+    if saved is not None and mine is not None and saved != mine:
+        raise _other_dataset(what, repr(getattr(dataset, "name", "this one")))
+
+
+def _other_dataset(what: str, which: str) -> LoaderStateError:
+    """The refusal of a ``what`` state saved on another dataset than ``which`` (content digests)."""
+    return LoaderStateError(
+        f"{what} state was saved on another dataset than {which} (its content digests differ)",
+        hint="restore it on the dataset it was saved from, or start afresh",
+    )
 
 
 def check_settings(state: Mapping[str, Any], mine: Mapping[str, Any], name: str) -> None:
@@ -349,10 +375,7 @@ def check_settings(state: Mapping[str, Any], mine: Mapping[str, Any], name: str)
         if saved.get(key) != mine.get(key):
             if dataset:
                 which = f"source {key[8:]!r} of {name}" if key != "dataset" else repr(name)
-                raise LoaderStateError(
-                    f"Loader state was saved on another dataset than {which} (its content digests differ)",
-                    hint="restore it on the dataset it was saved from, or start the loader afresh",
-                )
+                raise _other_dataset("Loader", which)
             raise LoaderStateError(
                 f"Loader state was saved with {key} {_shown(key, saved.get(key))}; this loader has {key} "
                 f"{_shown(key, mine.get(key))}: restored, it would continue another stream",

@@ -32,6 +32,7 @@ from rlds_cli.loader.ring import BatchRing, SlotBatch
 from rlds_cli.loader.run_state import (
     check_cursor_state,
     check_int,
+    check_same_dataset,
     check_shard,
     check_steps,
     dataset_fingerprint,
@@ -52,19 +53,6 @@ def _check_cursor_state(state: dict[str, Any], owner: Any, what: str) -> None:
         raise LoaderStateError(
             f"{what} state was saved with batch_size={state['batch_size']}, not {owner.batch_size}",
             hint="restore it with the batch size it was saved with",
-        )
-
-
-def check_same_dataset(state: Mapping[str, Any], dataset: Any, what: str) -> None:
-    """Refuse a state whose ``dataset`` (:func:`dataset_fingerprint`) is another dataset's than
-    ``dataset`` (of the same size: the step count alone let it through). A state without one (an
-    older rlds's), or a dataset that records no content digests, is not checked."""
-    saved, mine = state.get("dataset"), dataset_fingerprint(dataset)
-    if saved is not None and mine is not None and saved != mine:
-        raise LoaderStateError(
-            f"{what} state was saved on another dataset than {getattr(dataset, 'name', 'this one')!r} "
-            "(its content digests differ)",
-            hint="restore it on the dataset it was saved from, or start afresh",
         )
 
 
