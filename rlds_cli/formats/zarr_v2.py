@@ -428,9 +428,13 @@ def _declared_size(codec: str, data: memoryview) -> int | None:
     Raises:
         ValueError: The header is cut short, or is not the codec's.
     """
-    if codec == "blosc":  # a 16-byte header: version, versionlz, flags, typesize, nbytes (4 LE), ...
+    if codec == "blosc":  # a 16-byte header: version, versionlz, flags, typesize, nbytes, blocksize, cbytes
         if len(data) < 16:
             raise ValueError("the chunk is shorter than a blosc header")
+        # c-blosc trusts cbytes: a chunk cut short (a memcpyed one above all) is read past its end
+        compressed = int.from_bytes(data[12:16], "little")
+        if compressed != len(data):
+            raise ValueError(f"the chunk holds {len(data):,} bytes; its blosc header says {compressed:,}")
         return int.from_bytes(data[4:8], "little")
     if codec == "lz4":  # numcodecs prefixes the stream with its size, 4 bytes little-endian
         if len(data) < 4:

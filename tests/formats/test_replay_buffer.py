@@ -573,6 +573,21 @@ def test_a_chunk_header_cut_short_or_foreign_is_named(
     refused(download(store, "bad"), "data/img rows", "does not decode", needle)
 
 
+@pytest.mark.parametrize("shuffle", [0, 1])
+def test_a_blosc_chunk_cut_short_is_refused_not_read_past_its_end(tmp_path: Path, shuffle: int) -> None:
+    """c-blosc trusts its header's sizes: a stored (memcpyed) chunk cut in half was read past its
+    end, each conversion storing other bytes of the process's memory, exit 0."""
+    store = copy_fixture("pusht.zarr", tmp_path)
+    _recompress(store / "data" / "img", {"id": "blosc", "cname": "lz4", "clevel": 0, "shuffle": shuffle})
+    chunk = store / "data" / "img" / "1.0.0.0"
+    data = chunk.read_bytes()
+    assert data[2] & 0x02  # clevel 0: blosc stored the bytes as they are
+    chunk.write_bytes(data[: len(data) // 2])
+    refused(download(store, "bad"), "data/img rows", "does not decode", "its blosc header says")
+    chunk.write_bytes(data + b"\0")  # a byte more than the header names
+    refused(download(store, "bad"), "data/img rows", "does not decode", "its blosc header says")
+
+
 @pytest.mark.parametrize("codec", ["imagecodecs_lz4f", "imagecodecs_lzma"])
 def test_a_chunk_larger_than_its_chunk_is_never_cut_to_fit(tmp_path: Path, codec: str) -> None:
     """imagecodecs' byte codecs, given a buffer, cut a larger stream to fit without a word: a chunk
