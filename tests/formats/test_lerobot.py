@@ -408,6 +408,16 @@ def test_episodes_table_and_data_file_disagree(v3: Path) -> None:
     refused(download(v3, "lr"), str(v3 / DATA), "has 70 rows", "75")
 
 
+def test_a_task_index_outside_the_tasks_table_is_refused(v3: Path) -> None:
+    """It converted, then every export failed, sending the user to ``rlds verify``, which passed."""
+    table = pq.read_table(v3 / DATA)
+    tasks = np.array(table.column("task_index").to_pylist())
+    tasks[40] = 7  # meta/tasks.parquet holds task 0 alone
+    table = table.set_column(table.column_names.index("task_index"), "task_index", pa.array(tasks))
+    pq.write_table(table, v3 / DATA)
+    refused(download(v3, "lr"), str(v3 / DATA), "task_index 7", "meta/tasks.parquet does not hold")
+
+
 def test_hostile_feature_names_are_cleaned(v3: Path) -> None:
     """A feature named ``observation.../../../x y`` (in info.json and the parquet) is stored
     under a cleaned key inside the dataset, with a note; nothing lands outside the cache."""

@@ -586,6 +586,8 @@ class LeRobotReader(Reader):
                 )
             else:
                 out[f.name] = column_array(self.pa, table.column(f.name), f.shape, where, f.name)
+        if self.tasks and "task_index" in out:
+            self._check_tasks(out["task_index"], where)
         if self.videos:
             if "timestamp" not in table.column_names:
                 raise SourceFormatError(f"{where} has no 'timestamp' column; video frames are matched by it")
@@ -595,6 +597,18 @@ class LeRobotReader(Reader):
                 times = lo + stamps.astype(np.float64)
                 out[f.name] = self._video(f).frames(video, times, ep.index, lo, hi, ep.length)
         return out
+
+    def _check_tasks(self, indices: np.ndarray, where: Path) -> None:
+        """Every row's ``task_index`` is a task of the tasks table (lerobot looks each one up there)."""
+        known = np.fromiter(self.tasks, np.int64, len(self.tasks))
+        unknown = ~np.isin(indices.reshape(-1), known)
+        if unknown.any():
+            table = "tasks.jsonl" if self.version == "v2.1" else "tasks.parquet"
+            raise SourceFormatError(
+                f"{where}: a row has task_index {indices.reshape(-1)[np.flatnonzero(unknown)[0]]}, which "
+                f"meta/{table} does not hold (its tasks: {len(self.tasks)})",
+                hint=f"write the missing task into meta/{table}, or the task_index column again",
+            )
 
     def _starts(self, length: int) -> list[int]:
         """Where each segment of an episode starts: every ``block_rows`` rows, never leaving a one-row last
