@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -317,7 +318,9 @@ def _decode_image(data: bytes, leaf: Leaf, where: str, step: int) -> np.ndarray:
     except SourceFormatError:
         raise
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        raise SourceFormatError(f"{what} does not decode as a PNG or JPEG image: {exc}") from None
+        # Pillow names the stream it was given (<_io.BytesIO object at 0x...>): a new address each run
+        why = re.sub(r"<_io\.BytesIO object at 0x[0-9a-f]+>", f"its {len(data):,} bytes", str(exc))
+        raise SourceFormatError(f"{what} does not decode as a PNG or JPEG image: {why}") from None
 
 
 #: Pillow's modes of a 16-bit grayscale PNG.
