@@ -519,7 +519,7 @@ class RobomimicReader(Reader):
             self._schema, self._first_label = mine, label
         elif mine != self._schema:
             raise SourceFormatError(
-                f"{label}: {_difference(mine, self._schema)} (unlike {self._first_label})"
+                f"{label}: {_difference(mine, self._schema, self._first_label.rpartition(':')[2])}"
             )
         return length, nodes
 
@@ -644,17 +644,18 @@ def _check_continuity(label: str, name: str, a: int, following: np.ndarray, nxt:
     )
 
 
-def _difference(mine: dict[str, Spec], first: dict[str, Spec]) -> str:
+def _difference(mine: dict[str, Spec], first: dict[str, Spec], first_label: str) -> str:
+    """How a demo's datasets differ from those of ``first_label`` (either may be the odd one)."""
     extra, missing = sorted(set(mine) - set(first)), sorted(set(first) - set(mine))
     if extra or missing:
         return (
-            "datasets differ"
+            f"datasets differ from {first_label}'s"
             + (f"; unknown {extra}" if extra else "")
             + (f"; missing {missing}" if missing else "")
         )
     key = next(k for k in mine if mine[k] != first[k])
     return (
         f"{key!r} has shape {mine[key][0]} dtype {np.dtype(mine[key][1])} per step, but "
-        f"{first[key][0]} {np.dtype(first[key][1])} in the first demo "
+        f"{first[key][0]} {np.dtype(first[key][1])} in {first_label} "
         f"(mixed {'shapes' if mine[key][0] != first[key][0] else 'dtypes'} across demos)"
     )

@@ -408,6 +408,13 @@ def test_episodes_table_and_data_file_disagree(v3: Path) -> None:
     refused(download(v3, "lr"), str(v3 / DATA), "has 70 rows", "75")
 
 
+@pytest.mark.parametrize(("content", "needle"), [("[1, 2]", "is not a JSON object"), ("{", "not readable JSON")])
+def test_an_info_json_that_is_no_json_object_is_named(v3: Path, content: str, needle: str) -> None:
+    """It said 'cannot tell the format of ...' for valid JSON that is no object."""
+    (v3 / "meta" / "info.json").write_text(content)
+    refused(download(v3, "lr"), "meta/info.json", needle)
+
+
 def test_a_task_index_outside_the_tasks_table_is_refused(v3: Path) -> None:
     """It converted, then every export failed, sending the user to ``rlds verify``, which passed."""
     table = pq.read_table(v3 / DATA)

@@ -66,7 +66,7 @@ def _edited(tmp_path: Path, edit: str) -> Path:
         ("same_number", "'data/demo_001' and 'data/demo_1' have the same demo number .1."),
         (
             "dtype_differs",
-            "dtype float16 per step, but .. float64 in the first demo .mixed dtypes across demos",
+            "dtype float16 per step, but .. float64 in data/demo_0 .mixed dtypes across demos",
         ),
         ("chunk_bomb", "'data/demo_0/obs/big' declares chunks of 480,000,000 bytes for 48 bytes of data"),
     ],

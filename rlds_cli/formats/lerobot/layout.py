@@ -59,7 +59,7 @@ def dataset_root(path: Path) -> Path | None:
 
 def is_lerobot(path: Path) -> bool:
     """Whether ``path`` looks like a LeRobot dataset: a ``meta/info.json`` with a ``codebase_version``
-    (or one that does not parse, so that this reader names the problem)."""
+    (or one that does not parse or is no JSON object, so that this reader names the problem)."""
     root = dataset_root(path)
     if root is None:
         return False
@@ -67,7 +67,7 @@ def is_lerobot(path: Path) -> bool:
         info = read_json_file(root / INFO_FILE)
     except SourceFormatError:
         return True
-    return isinstance(info, dict) and "codebase_version" in info
+    return not isinstance(info, dict) or "codebase_version" in info
 
 
 def _allowed_roots(root: Path) -> list[Path]:
