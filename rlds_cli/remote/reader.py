@@ -44,7 +44,7 @@ from rlds_cli import settings
 from rlds_cli.cache.backends import Backend, ColumnWriter, RegionWriter, check_zarr_grid
 from rlds_cli.cache.backends.frames import FramesColumn, frame_files
 from rlds_cli.cache.backends.memmap import load_npy
-from rlds_cli.cache.backends.zarr.read import ALL_CHUNKS_ATTR, ChunkReader, MissingChunkError, ZarrColumn
+from rlds_cli.cache.backends.zarr.read import ChunkReader, MissingChunkError, ZarrColumn, all_chunks_written
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import (
     ARRAYS_DIR,
@@ -166,7 +166,9 @@ class RemoteZarrBackend(Backend):
         if meta is None:
             raise CorruptDatasetError(f"zarr array {key!r} is missing under {self.files.where(ARRAYS_DIR)}")
         try:
-            strict = bool(json.loads(meta).get("attributes", {}).get(ALL_CHUNKS_ATTR))
+            strict = all_chunks_written(
+                json.loads(meta).get("attributes", {}), self.files.where(prefix + "/zarr.json")
+            )
             array = zarr.open_array(
                 store=_metadata_store(self.files, prefix, meta, strict), mode="r", zarr_format=3
             )

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 import rlds_cli
 from rlds_cli.cache import CacheRoot, DatasetBuilder, open_dataset
 from rlds_cli.cache.backends import ALL_CHUNKS_ATTR
+from rlds_cli.cli.app import app
 from rlds_cli.errors import CorruptDatasetError
 from rlds_cli.formats.base import StepBlock
 from rlds_cli.sources.download import download
@@ -174,6 +176,19 @@ def test_zarr_arrays_written_before_the_marker_read_as_before(zarr_demo: rlds_cl
     _chunk(zarr_demo, "next/reward").unlink()
     assert not open_dataset("dz")[:]["next", "reward"].any()
     assert open_dataset("dz").check_files() == []
+
+
+def test_a_flipped_byte_in_the_marker_is_damage_not_an_older_array(zarr_demo: rlds_cli.Dataset) -> None:
+    """One bit flipped in the attribute's name made the array an older rlds's: a missing shard
+    then read as zeros (exit 0) and verify said 'files complete'."""
+    meta_path = zarr_demo.directory / "arrays" / "next" / "reward" / "zarr.json"
+    meta_path.write_text(meta_path.read_text().replace(ALL_CHUNKS_ATTR, "rlds^all_chunks_written"))
+    _chunk(zarr_demo, "next/reward").unlink()
+    with pytest.raises(CorruptDatasetError, match=r"zarr metadata .*next/reward/zarr.json is damaged"):
+        open_dataset("dz")[:]
+    assert any("is damaged: its attributes are" in problem for problem in open_dataset("dz").check_files())
+    result = CliRunner().invoke(app, ["verify", "dz"])
+    assert result.exit_code == 1 and "files complete" in result.output, result.output
 
 
 # ----------------------------------------------------------------------------- durability order

@@ -11,6 +11,7 @@ cache of whole files). Layout and writer: :mod:`rlds_cli.cache.backends.zarr.wri
 from __future__ import annotations
 
 import ctypes
+import json
 import mmap
 import os
 from collections.abc import Callable, Sequence
@@ -28,6 +29,25 @@ from rlds_cli.errors import CorruptDatasetError, RldsError
 #: Array attribute: every chunk was written (even all-fill ones), so a missing chunk file is
 #: damage, not zeros. Arrays without it may omit all-zero chunks (read as fill values).
 ALL_CHUNKS_ATTR = "rlds_all_chunks_written"
+
+
+def all_chunks_written(attributes: Any, where: object) -> bool:
+    """Whether a zarr array of the cache wrote every chunk (its attributes hold :data:`ALL_CHUNKS_ATTR`).
+
+    rlds writes exactly ``{ALL_CHUNKS_ATTR: true}`` (an rlds before 2026-11-23: no attribute). Any
+    other attributes are damage: one flipped byte in the name would let a missing chunk read as zeros.
+
+    Raises:
+        CorruptDatasetError: The attributes are neither (naming ``where``, the array's metadata).
+    """
+    if attributes == {ALL_CHUNKS_ATTR: True}:
+        return True
+    if attributes in ({}, None):
+        return False
+    raise CorruptDatasetError(
+        f"zarr metadata {where} is damaged: its attributes are {json.dumps(attributes, default=str)[:120]}, "
+        f"where rlds writes {{{ALL_CHUNKS_ATTR!r}: true}}"
+    )
 
 
 class MissingChunkError(CorruptDatasetError):

@@ -22,7 +22,14 @@ import numpy as np
 
 from rlds_cli.cache.backends.base import Backend, ColumnWriter, RegionWriter, key_path
 from rlds_cli.cache.backends.zarr.codec import blosc_function
-from rlds_cli.cache.backends.zarr.read import ABSENT, ALL_CHUNKS_ATTR, ChunkReader, ZarrColumn, strict_store
+from rlds_cli.cache.backends.zarr.read import (
+    ABSENT,
+    ALL_CHUNKS_ATTR,
+    ChunkReader,
+    ZarrColumn,
+    all_chunks_written,
+    strict_store,
+)
 from rlds_cli.cache.layout import ARRAYS_DIR
 from rlds_cli.errors import CorruptDatasetError
 
@@ -314,8 +321,11 @@ def check_zarr_grid(
     checked by ``missing`` (local files, or a pushed files index); ``None`` when none."""
     if tuple(array.shape) != (rows, *row_shape):
         return f"zarr array {key!r} has shape {tuple(array.shape)}, expected {(rows, *row_shape)}"
-    if not array.attrs.get(ALL_CHUNKS_ATTR):
-        return None  # all-zero chunks may be absent: nothing to count
+    try:
+        if not all_chunks_written(dict(array.attrs), f"of array {key!r}"):
+            return None  # all-zero chunks may be absent: nothing to count
+    except CorruptDatasetError as exc:
+        return exc.message
     files = getattr(array, "shards", None) or array.chunks  # one file per shard, if sharded
     grid = [-(-size // chunk) for size, chunk in zip(array.shape, files, strict=True)]
     return next((problem for index in np.ndindex(*grid) if (problem := missing(index))), None)
@@ -337,8 +347,8 @@ class ZarrBackend(Backend):
 
         key_path(dataset_dir, key, "")  # refuses a key that is no safe path
         array = zarr.open_group(store=strict_store(dataset_dir / ARRAYS_DIR), mode="r")[key]
-        if not array.attrs.get(ALL_CHUNKS_ATTR):  # absent chunks read as fill values
-            array = zarr.open_group(str(dataset_dir / ARRAYS_DIR), mode="r")[key]
+        if not all_chunks_written(dict(array.attrs), dataset_dir / ARRAYS_DIR / key / "zarr.json"):
+            array = zarr.open_group(str(dataset_dir / ARRAYS_DIR), mode="r")[key]  # absent chunks: fill values
         return array
 
     def create_column(
@@ -469,7 +479,7 @@ class ZarrBackend(Backend):
         read-only ndarray read now."""
         where = dataset_dir / ARRAYS_DIR / key
         array = self._open_checked(dataset_dir, key)
-        strict = bool(array.attrs.get(ALL_CHUNKS_ATTR))
+        strict = all_chunks_written(dict(array.attrs), where / "zarr.json")
         column = ZarrColumn(array, where, ChunkReader.of(array, where, strict=strict))
         nbytes = column.dtype.itemsize * int(np.prod(column.shape, dtype=np.int64))
         if nbytes > ZARR_IN_RAM_BYTES:
