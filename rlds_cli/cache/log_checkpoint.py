@@ -223,7 +223,11 @@ def load_state(directory: Path, until: int | None = None, *, write: bool = True)
         CorruptDatasetError: As :meth:`LogState.follow`.
     """
     identity = version_identity(directory)
-    state = read_checkpoint(directory, until) or LogState()
+    checkpoint = read_checkpoint(directory, until)
+    # one that is there but unusable is damage (a write is atomic): kept for verify_log to name,
+    # never replaced by a fresh one that would hide it from inspect --check, compact and gc
+    write = write and (checkpoint is not None or not checkpoint_path(directory).exists())
+    state = checkpoint or LogState()
     start = state.position
     state.follow(directory / COMMIT_LOG_FILE, until=until)
     if write and until is None and state.position - start >= CHECKPOINT_RECORDS * RECORD_SIZE:

@@ -200,14 +200,21 @@ def test_every_flipped_byte_of_the_checkpoint_is_detected_and_the_log_replayed(
         _same_view(log_checkpoint.load_state(directory, write=False), full)
         with pytest.raises(CorruptDatasetError, match="checkpoint"):
             log_checkpoint.verify_log(directory)
-    # reported by the whole-log check; a reader that replays the log whole says so
-    # in a warning and writes a new one (it is derived from the log: no episode depends on it)
-    path.write_bytes(pristine[:-1] + bytes([pristine[-1] ^ 1]))
+    # reported by the whole-log check; a reader replays the log whole and says so in a warning,
+    # and leaves the damaged one in place: rewritten, it hid the damage from inspect --check,
+    # compact and gc (the check opens the dataset before it replays the whole log)
+    damaged = pristine[:-1] + bytes([pristine[-1] ^ 1])
+    path.write_bytes(damaged)
     with pytest.raises(CorruptDatasetError, match="fails its checksum"):
         log_checkpoint.verify_log(directory)
     caplog.set_level(logging.WARNING)
     assert _uids(root) == expected
+    assert log_checkpoint.load_state(directory).position == full.position
     assert "fails its checksum" in caplog.text
+    assert path.read_bytes() == damaged
+    result = CliRunner().invoke(app, ["inspect", "g", "--check", "--root", str(root)])
+    assert result.exit_code == 1 and "checkpoint" in result.output, result.output
+    path.unlink()  # what the hint says: it is derived from the log
     assert log_checkpoint.verify_log(directory).position == full.position
 
 
