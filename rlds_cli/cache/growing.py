@@ -45,7 +45,14 @@ import numpy as np
 
 from rlds_cli._util.locks import FileLock, pid_alive
 from rlds_cli.cache.backends import get_backend
-from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, SegmentEntry, seg_name, segment_damage_hint
+from rlds_cli.cache.commit_log import (
+    RECORD_SIZE,
+    LogState,
+    SegmentEntry,
+    damage_hint,
+    seg_name,
+    segment_damage_hint,
+)
 from rlds_cli.cache.dataset import Dataset, manifest_of, version_identity
 from rlds_cli.cache.growing_columns import SMALL_BYTES, SMALL_ROWS, ConcatColumn, TailRun
 from rlds_cli.cache.integrity import schema_problem
@@ -226,8 +233,19 @@ class GrowingDataset(Dataset):
         self._log_seen: tuple[int, int, int, int] | None = None
         self._log_path = str(self.directory / COMMIT_LOG_FILE)
         self._state = load_state(self.directory, until=position)
+        if position is None:
+            self._check_no_lost_records()
         self._rebuild()
         self._check_not_replaced()
+
+    def _check_no_lost_records(self) -> None:
+        """Refuse a log that lost records (cut, emptied or restored from an older copy) where the
+        segments on disk show it (:func:`unnamed`): its view would serve some episodes as all."""
+        _, why = unnamed(self.directory, self._state)
+        if why is not None:
+            raise CorruptDatasetError(
+                f"growing dataset {self.head.name!r} is damaged: {why}", hint=damage_hint(self.directory)
+            )
 
     # ------------------------------------------------------------------ pickling (workers)
 

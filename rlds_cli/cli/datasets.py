@@ -58,7 +58,8 @@ def list_datasets(
                 output.warn(f"not listed: {exc.message} ({exc.hint})")
         for r in rows:
             if r["damaged"] is not None:
-                output.warn(f"{r['name']} is damaged: {r['damaged']} (rlds inspect {r['name']} --check)")
+                why = str(r["damaged"]).removeprefix(f"growing dataset {r['name']!r} is damaged: ")
+                output.warn(f"{r['name']} is damaged: {why} (rlds inspect {r['name']} --check)")
     if json:
         output.print_json({"root": str(cache.path), "datasets": rows})
         return

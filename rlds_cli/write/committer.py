@@ -62,8 +62,8 @@ import numpy as np
 from rlds_cli.cache import log_checkpoint
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.backends.memmap import load_npy
-from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, Record, seg_name
-from rlds_cli.cache.growing import growing_settings
+from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, Record, damage_hint, seg_name
+from rlds_cli.cache.growing import growing_settings, unnamed
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, EPISODES_FILE, MANIFEST_FILE, SEGMENTS_DIR
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.errors import (
@@ -131,6 +131,8 @@ class SegmentSink:
         if self.writer.get("pid") != os.getpid():  # a forked child: its segments are its own
             self.writer = {**self.writer, **segments.writer_identity()}
         try:
+            if self._state.position == 0:
+                self._check_log_whole()
             self._check_same_dataset(head)
             record = segments.commit_segment(
                 self.directory,
@@ -192,6 +194,19 @@ class SegmentSink:
             raise DatasetReplacedError(
                 f"growing dataset {head.name!r} was removed and made again while a writer was open",
                 hint="open a new writer (mode='append') to write into the new one",
+            )
+
+    def _check_log_whole(self) -> None:
+        """Before a writer's first commit: the whole log replayed (damage raises), and no record lost
+        where the segments on disk show it (:func:`~rlds_cli.cache.growing.unnamed`): committed into,
+        such a log's lost episodes would stay unseen."""
+        self._state.follow(self.directory / COMMIT_LOG_FILE)
+        _, why = unnamed(self.directory, self._state)
+        if why is not None:
+            name = self.head.name if self.head is not None else self.directory.name
+            raise CorruptDatasetError(
+                f"growing dataset {name!r} is damaged: {why}",
+                hint=damage_hint(self.directory),
             )
 
     def _count(self, record: Record, batch: list[EpisodeColumns]) -> None:

@@ -64,7 +64,7 @@ from rlds_cli.cache.commit_log import (
     new_segment_id,
 )
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.growing import GrowingDataset, grace_problem, growing_settings
+from rlds_cli.cache.growing import GrowingDataset, grace_problem, growing_settings, unnamed
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
     COMPACT_LOCK_SUFFIX,
@@ -363,7 +363,13 @@ def _compact_locked(ds: GrowingDataset, grace_seconds: float | None) -> CompactR
     fsync = settings.fsync_enabled()
     # the whole log, not the checkpoint's view: damage before the checkpoint stops the compaction
     # (nothing merged, nothing removed)
-    log_checkpoint.verify_log(ds.directory)
+    state = log_checkpoint.verify_log(ds.directory)
+    _, why = unnamed(ds.directory, state)
+    if why is not None:  # merged, the log's lost segments could never be named again
+        raise CorruptDatasetError(
+            f"compaction of {ds.name!r} stopped before merging anything: {why}",
+            hint=commit_log.damage_hint(ds.directory),
+        )
     before = len(ds.live_segments())
     runs = _runs(ds)
     for run in runs:

@@ -100,7 +100,8 @@ def test_an_open_replays_only_the_records_after_the_checkpoint(
 
     monkeypatch.setattr(LogState, "follow", counting)
     assert _uids(isolated_cache) == list(range(11, 41))
-    assert starts == [saved.position]
+    # then only from the log's end (whether records were committed since: the lost-records check)
+    assert starts[0] == saved.position and set(starts[1:]) <= {(directory / COMMIT_LOG_FILE).stat().st_size}
 
 
 def test_a_reader_that_replays_many_records_writes_the_checkpoint(isolated_cache: Path) -> None:

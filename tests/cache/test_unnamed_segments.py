@@ -19,7 +19,7 @@ from rlds_cli._util.io import tree_bytes
 from rlds_cli.cache.commit_log import RECORD_SIZE, LogState
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, MANIFEST_FILE, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
 from rlds_cli.cli.app import app
-from rlds_cli.errors import CorruptDatasetError
+from rlds_cli.errors import CommitFailedError, CorruptDatasetError
 from rlds_cli.write.compact import remove_retired
 from tests.cache.test_gc_growing import DEAD_PID, _grow, _later
 from tests.dataset_fixtures import rewrite_manifest
@@ -60,13 +60,15 @@ def test_an_emptied_log_keeps_every_segment(
     pids = [DEAD_PID] * 6 if writers == "one" else [DEAD_PID + i for i in range(6)]
     _as_dead_writers(directory, pids)
     (directory / COMMIT_LOG_FILE).write_bytes(b"")
-    with caplog.at_level("WARNING"):
-        report = rlds_cli.compact("g", grace_seconds=0)
-    assert report.removed == [] and len(list((directory / SEGMENTS_DIR).iterdir())) == 6
-    assert "segments it does not name are kept" in caplog.text
+    why = "does not name 6 segments" if writers == "one" else "holds no record, and 6 segments are on disk"
+    with pytest.raises(CorruptDatasetError, match=why):
+        rlds_cli.compact("g", grace_seconds=0)
+    assert len(list((directory / SEGMENTS_DIR).iterdir())) == 6
+    with pytest.raises(CorruptDatasetError, match=why):  # never served as an empty dataset
+        rlds_cli.open_dataset("g")
     result = runner.invoke(app, ["inspect", "g", "--check"])
     assert result.exit_code == 1, result.output
-    assert "commits.log" in result.output and "may not name every segment" in result.output
+    assert "commits.log" in result.output and why in result.output
 
 
 def test_an_emptied_log_beside_a_compacted_dataset_keeps_its_one_segment(
@@ -80,9 +82,17 @@ def test_an_emptied_log_beside_a_compacted_dataset_keeps_its_one_segment(
     (merged,) = _as_dead_writers(directory, [DEAD_PID])
     (directory / COMMIT_LOG_FILE).write_bytes(b"")
     for _ in range(2):
-        with caplog.at_level("WARNING"):
-            assert rlds_cli.compact("g", grace_seconds=0).removed == []
-        assert merged.is_dir() and "merges others" in caplog.text
+        with pytest.raises(CorruptDatasetError, match="merges others"):
+            rlds_cli.compact("g", grace_seconds=0)
+        assert merged.is_dir()
+    with pytest.raises(CorruptDatasetError, match="merges others"):  # it served no episode, exit 0
+        rlds_cli.open_dataset("g")
+    with (
+        pytest.raises(CommitFailedError, match="merges others"),
+        rlds_cli.DatasetWriter("g", mode="append") as w,
+    ):
+        w.add_episode(episode(3))  # committed into, the lost episodes would stay unseen
+    assert [p.name for p in (directory / SEGMENTS_DIR).iterdir()] == [merged.name]
     result = runner.invoke(app, ["inspect", "g", "--check"])
     assert result.exit_code == 1 and "merges others" in result.output, result.output
     assert runner.invoke(app, ["verify", "g"]).exit_code == 1
@@ -102,10 +112,14 @@ def test_a_log_cut_short_keeps_the_segments_of_its_lost_records(
     state.follow(log)
     lost = {p.name for p in (directory / SEGMENTS_DIR).iterdir() if not state.names(bytes.fromhex(p.name))}
     assert len(lost) == 3
-    with caplog.at_level("WARNING"):
-        removed = rlds_cli.compact("g", grace_seconds=0).removed  # merges the three it names
-    assert not lost & set(removed) and all((directory / SEGMENTS_DIR / name).is_dir() for name in lost)
-    assert "does not name 3 segments" in caplog.text
+    before = sorted(p.name for p in (directory / SEGMENTS_DIR).iterdir())
+    # it merged the three the log names and removed them: restored, the whole log named
+    # segments that were gone. Now nothing is merged or removed, nothing served as all
+    with pytest.raises(CorruptDatasetError, match="does not name 3 segments"):
+        rlds_cli.compact("g", grace_seconds=0)
+    assert sorted(p.name for p in (directory / SEGMENTS_DIR).iterdir()) == before
+    with pytest.raises(CorruptDatasetError, match="does not name 3 segments"):
+        rlds_cli.open_dataset("g")
     assert runner.invoke(app, ["inspect", "g", "--check"]).exit_code == 1
 
 

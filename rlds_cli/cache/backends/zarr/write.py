@@ -348,7 +348,8 @@ class ZarrBackend(Backend):
         key_path(dataset_dir, key, "")  # refuses a key that is no safe path
         array = zarr.open_group(store=strict_store(dataset_dir / ARRAYS_DIR), mode="r")[key]
         if not all_chunks_written(dict(array.attrs), dataset_dir / ARRAYS_DIR / key / "zarr.json"):
-            array = zarr.open_group(str(dataset_dir / ARRAYS_DIR), mode="r")[key]  # absent chunks: fill values
+            # an older rlds's: absent chunks read as fill values
+            array = zarr.open_group(str(dataset_dir / ARRAYS_DIR), mode="r")[key]
         return array
 
     def create_column(
