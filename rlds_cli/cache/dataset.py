@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from rlds_cli._util.io import tree_bytes
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.backends.frames import check_frames, open_frames
 from rlds_cli.cache.backends.memmap import load_npy
+from rlds_cli.cache.digest import array_digest, recorded_algorithm
 from rlds_cli.cache.env_spec import RecordedEnvSpec, dataset_env_spec, recover_environment
 from rlds_cli.cache.episode_table import EpisodeTable
 from rlds_cli.cache.integrity import check_episode_index, damage_hint
@@ -593,7 +594,26 @@ class Dataset:
             ) from exc
         # a shuffled or hand-edited index is refused here, never served
         check_episode_index(index, self.num_steps, self.num_episodes, path, name=self.manifest.name)
+        self._check_index_digest(index, path)
         return index
+
+    def _check_index_digest(self, index: np.ndarray, path: Path) -> None:
+        """The index against its recorded digest (a few bytes an episode): a changed source id or
+        final_known passes the structural check, and is data a learner reads."""
+        recorded = self.manifest.content_digest
+        want = recorded.get("episodes") if isinstance(recorded, Mapping) else None
+        if not want:
+            return  # an older rlds's dataset
+        try:
+            algorithm = recorded_algorithm(recorded)
+        except ValueError:
+            return  # not a pass: rlds verify reports the unknown algorithm
+        if array_digest(index, algorithm) != want:
+            raise CorruptDatasetError(
+                f"episode index {path} is damaged: it changed since it was written (its {algorithm} "
+                "digest is not the one recorded)",
+                hint=damage_hint(self.manifest.name),
+            )
 
     # ------------------------------------------------------------------ reading
 

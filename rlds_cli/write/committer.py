@@ -131,9 +131,9 @@ class SegmentSink:
         if self.writer.get("pid") != os.getpid():  # a forked child: its segments are its own
             self.writer = {**self.writer, **segments.writer_identity()}
         try:
-            if self._state.position == 0:
-                self._check_log_whole()
             self._check_same_dataset(head)
+            if self._state.position == 0 and (self.directory / MANIFEST_FILE).exists():
+                self._check_log_whole()  # (a dataset removed: committing the segment says so)
             record = segments.commit_segment(
                 self.directory,
                 head,

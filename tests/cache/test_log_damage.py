@@ -414,9 +414,12 @@ def test_compaction_refuses_a_segment_whose_episode_index_changed(isolated_cache
     manifest["content_digest"]["episodes"] = "0" * 64
     (segment / MANIFEST_FILE).write_text(json.dumps(manifest))
     rewrite_manifest(segment / MANIFEST_FILE)
-    with pytest.raises(CorruptDatasetError, match="episode index does not match its digest"):
+    before = sorted(p.name for p in (directory / SEGMENTS_DIR).iterdir())
+    with pytest.raises(CorruptDatasetError, match="changed since it was written"):
         rlds_cli.compact("g", root, grace_seconds=0)
-    assert _uids(root) == [3, 4]
+    assert sorted(p.name for p in (directory / SEGMENTS_DIR).iterdir()) == before
+    with pytest.raises(CorruptDatasetError, match="changed since it was written"):  # never served
+        _uids(root)
 
 
 def _as_written_with_sha256(segment: Path) -> None:

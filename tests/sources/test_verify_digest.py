@@ -229,9 +229,12 @@ def test_an_edited_episode_index_is_caught() -> None:
     index = np.load(path)
     index["source_id"][1] = 99  # no count or boundary changes: only the digest can tell
     np.save(path, index)
-    report = verify_json("d")
-    assert statuses(report)["content digest of episodes"] == "fail"
-    assert str(path) in next(c["detail"] for c in report["checks"] if c["status"] == "fail")
+    report = verify_json("d")  # refused by every open, before the digests are compared
+    assert statuses(report)["dataset opens"] == "fail"
+    detail = next(c["detail"] for c in report["checks"] if c["status"] == "fail")
+    assert str(path) in detail and "changed since it was written" in detail
+    with pytest.raises(CorruptDatasetError, match="changed since it was written"):
+        open_dataset("d").episodes
 
 
 def test_a_tampered_digest_field_is_one_clear_error() -> None:
