@@ -295,6 +295,8 @@ def check_digests(
             return DigestReport(recorded=bool(own), scope=f"parent {view.parent!r} unreadable")
         scope = f"its parent {view.parent!r}"
     report = DigestReport(recorded=bool(holder.content_digest.get("columns")), scope=scope)
+    if holder is not ds.manifest:
+        _check_parent_index(ds, directory, report)
     recorded_columns: dict[str, str] = holder.content_digest.get("columns", {})
     algorithm = _algorithm_or_problem(holder, directory, report) if report.recorded else None
     if algorithm is not None:
@@ -359,6 +361,17 @@ def _algorithm_or_problem(holder: Manifest, directory: Path, report: DigestRepor
         if not any(p.key == "content_digest" and p.path.parent == directory for p in report.problems):
             report.problems.append(DigestProblem("content_digest", directory / MANIFEST_FILE, str(exc)))
         return None
+
+
+def _check_parent_index(ds: Dataset, directory: Path, report: DigestReport) -> None:
+    """A view's parent's episode index, which its episode table reads (source ids, seeds): it
+    opens, whole and as recorded (:meth:`Dataset.episode_index` checks both)."""
+    try:
+        parent = ds.view_parent()
+        if parent is not None:
+            _ = parent[0].episode_index  # loading it checks it
+    except CorruptDatasetError as exc:
+        report.problems.append(DigestProblem("episodes", directory / EPISODES_FILE, exc.message))
 
 
 def _check_own_index(ds: Dataset, report: DigestReport, algorithm: str | None = None) -> None:

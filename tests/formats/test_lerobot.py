@@ -408,7 +408,9 @@ def test_episodes_table_and_data_file_disagree(v3: Path) -> None:
     refused(download(v3, "lr"), str(v3 / DATA), "has 70 rows", "75")
 
 
-@pytest.mark.parametrize(("content", "needle"), [("[1, 2]", "is not a JSON object"), ("{", "not readable JSON")])
+@pytest.mark.parametrize(
+    ("content", "needle"), [("[1, 2]", "is not a JSON object"), ("{", "not readable JSON")]
+)
 def test_an_info_json_that_is_no_json_object_is_named(v3: Path, content: str, needle: str) -> None:
     """It said 'cannot tell the format of ...' for valid JSON that is no object."""
     (v3 / "meta" / "info.json").write_text(content)

@@ -257,7 +257,8 @@ def test_a_demo_with_other_datasets_than_the_first_is_refused(tmp_path: Path) ->
     path = Path(shutil.copy(IMAGE, tmp_path / "x.hdf5"))
     with h5py.File(path, "a") as f:
         f["data/demo_2/actions_abs"] = np.zeros((4, 7))
-    with pytest.raises(SourceFormatError, match=r"data/demo_2: datasets differ from data/demo_0's; unknown \['actions_abs'\]"):
+    differ = r"data/demo_2: datasets differ from data/demo_0's; unknown \['actions_abs'\]"
+    with pytest.raises(SourceFormatError, match=differ):
         convert(path, "x")
 
 

@@ -234,7 +234,22 @@ def test_an_edited_episode_index_is_caught() -> None:
     detail = next(c["detail"] for c in report["checks"] if c["status"] == "fail")
     assert str(path) in detail and "changed since it was written" in detail
     with pytest.raises(CorruptDatasetError, match="changed since it was written"):
-        open_dataset("d").episodes
+        open_dataset("d").episodes.columns()
+
+
+def test_a_view_fails_its_checks_when_its_parents_episode_index_is_damaged() -> None:
+    """The view's episode table reads its parent's index (source ids, seeds): its verify and
+    check passed while that index's header was damaged, and ``view.episodes`` then failed."""
+    make_dataset("d", LENGTHS)
+    create_view("d", "v", [0, 2])
+    path = open_dataset("d").directory / "episodes.npy"
+    path.write_bytes(path.read_bytes().replace(b"fortran_order", b"fortr`n_order"))
+    with pytest.raises(CorruptDatasetError, match="header is damaged"):
+        open_dataset("v").episodes.columns()
+    report = verify_json("v")
+    assert statuses(report)["content digest of episodes"] == "fail"
+    assert str(path) in next(c["detail"] for c in report["checks"] if c["status"] == "fail")
+    assert not check_dataset(open_dataset("v")).ok
 
 
 def test_a_tampered_digest_field_is_one_clear_error() -> None:
