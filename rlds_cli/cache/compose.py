@@ -17,6 +17,7 @@ A kill at any point leaves the parents intact and nothing published.
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -139,6 +140,20 @@ def composed_selection(
     return _composed_manifest(parents, parts, joined, name, "select", note, lineage_of), joined
 
 
+def _count(value: Any, option: str) -> int:
+    """``value`` as a Python int (a numpy integer too: the manifest records it as JSON).
+
+    Raises:
+        InvalidSelectionError: Not an integer (a bool, a float).
+    """
+    try:
+        if isinstance(value, bool | np.bool_):
+            raise TypeError
+        return operator.index(value)
+    except TypeError:
+        raise InvalidSelectionError(f"--{option} must be a whole number of steps, got {value!r}") from None
+
+
 def trim_dataset(
     parent: str,
     name: str,
@@ -161,6 +176,7 @@ def trim_dataset(
     """
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     validate_name(name)
+    start, end = _count(start, "start"), _count(end, "end")
     if start < 0 or end < 0 or start + end == 0:
         raise InvalidSelectionError(
             f"a trim cuts steps at the start and/or end of each episode, got --start {start} --end {end}",
@@ -339,6 +355,7 @@ def downsample_dataset(
         DatasetExistsError: ``name`` exists and ``replace`` is false.
         CorruptDatasetError: ``parent``'s files or content digests do not match its manifest.
     """
+    every = _count(every, "every")
     if every < 2:
         raise InvalidSelectionError(
             f"--every must be 2 or more (every k-th step is kept), got {every}", hint="e.g. --every 2"

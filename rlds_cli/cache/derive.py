@@ -107,7 +107,7 @@ def create_selection(
     """
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     source = open_dataset(parent, cache)
-    ids = np.sort(np.asarray(episode_ids, np.int64).reshape(-1))
+    ids = np.sort(episode_positions(episode_ids, source.num_episodes, parent))
     if len(ids) == 0 or ids[0] < 0 or ids[-1] >= source.num_episodes or (np.diff(ids) == 0).any():
         raise InvalidSelectionError(
             f"a selection of dataset {parent!r} ({source.num_episodes} episodes) needs distinct episode "
@@ -117,6 +117,34 @@ def create_selection(
     return _publish_view(
         source, parent, name, ids, how, cache=cache, replace=replace, lock_timeout=lock_timeout
     )
+
+
+def episode_positions(episodes: Any, total: int, parent: str) -> np.ndarray:
+    """Episode positions (int64, 1-d) from integers, or from a boolean mask of one value per
+    episode of ``parent`` (``ds.episodes["length"] < 3``: the episodes where it is true).
+
+    Raises:
+        InvalidSelectionError: Not integers (a float 1.7 was cut to episode 1), or a mask of another
+            length than the dataset's episodes (a mask was read as positions 0 and 1).
+    """
+    try:
+        given = np.asarray(episodes)
+    except (TypeError, ValueError) as exc:
+        raise InvalidSelectionError(f"episode positions of {parent!r} must be integers: {exc}") from None
+    if given.dtype == np.bool_:
+        if given.ndim != 1 or len(given) != total:
+            raise InvalidSelectionError(
+                f"a boolean mask of episodes of {parent!r} holds one value per episode ({total}), "
+                f"got shape {given.shape}"
+            )
+        return np.flatnonzero(given).astype(np.int64)
+    if given.size and given.dtype.kind not in "iu":
+        raise InvalidSelectionError(
+            f"episode positions of {parent!r} must be integers, got {given.dtype} "
+            f"({str(given.reshape(-1)[:3].tolist())[:60]})",
+            hint="give positions (ints) or a boolean mask of one value per episode",
+        )
+    return given.astype(np.int64).reshape(-1)
 
 
 def _publish_view(
@@ -403,7 +431,7 @@ def drop_episodes(
     """
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     total = open_dataset(parent, cache).num_episodes
-    dropped = np.unique(np.asarray(episodes, np.int64).reshape(-1))
+    dropped = np.unique(episode_positions(episodes, total, parent))
     if not len(dropped):
         raise InvalidSelectionError("no episode to drop was given", hint="--episodes 0,5,9-20")
     if dropped[0] < 0 or dropped[-1] >= total:

@@ -218,6 +218,28 @@ def test_drop_makes_a_selection_view(ab: tuple[object, object]) -> None:
         drop_episodes("a", [], "x")
 
 
+@pytest.mark.usefixtures("ab")
+def test_a_boolean_mask_selects_its_true_episodes_and_floats_are_refused() -> None:
+    """A mask (``ds.episodes["length"] < 4``) was read as positions 0 and 1 (dropping the wrong
+    episodes, exit 0), and a position 1.7 was cut to 1; numpy ints broke trim's manifest."""
+    short = open_dataset("a").episodes["length"] < 4  # [True, False, False]
+    drop_episodes("a", short, "long")
+    assert open_dataset("long").episodes["length"].tolist() == [4, 5]
+    create_selection("a", "short", short)
+    assert open_dataset("short").episodes["length"].tolist() == [3]
+    with pytest.raises(InvalidSelectionError, match=r"one value per episode \(3\), got shape \(2,\)"):
+        drop_episodes("a", [True, False], "x")
+    with pytest.raises(InvalidSelectionError, match="must be integers, got float64"):
+        drop_episodes("a", [1.7], "x")
+    with pytest.raises(InvalidSelectionError, match="must be integers"):
+        create_selection("a", "x", [0.0, 2.0])
+    with pytest.raises(InvalidSelectionError, match=r"--start must be a whole number of steps, got 1\.5"):
+        trim_dataset("a", "x", start=1.5)  # type: ignore[arg-type]
+    trim_dataset("a", "t1", start=np.int64(1))  # type: ignore[arg-type]
+    downsample_dataset("a", "d2", np.int64(2))  # type: ignore[arg-type]
+    assert open_dataset("t1").num_steps == 9 and open_dataset("d2").num_episodes == 3
+
+
 def test_trim_cuts_both_ends_and_the_cut_episode_ends_truncated(ab: tuple[object, object]) -> None:
     a, _ = ab
     manifest = trim_dataset("a", "t", start=1, end=2)
