@@ -100,11 +100,13 @@ def merge_datasets(
                 f"cannot merge {first.name!r} and {ds.name!r}: {problem}",
                 hint="merge datasets with the same keys, shapes, dtypes and codecs ('rlds inspect NAME')",
             )
-    if verify:
-        for ds in parents:
+    for ds in parents:
+        if verify:
             if progress is not None:
                 progress(ds.name)
             verify_parent(ds)
+        else:
+            check_readable(ds)
     parts = [Part(ds.name, ds.manifest.digest()) for ds in parents]
     index = _concat_index([np.asarray(ds.episode_index) for ds in parents])
     manifest = _composed_manifest(parents, parts, index, name, "merge", {})
@@ -219,6 +221,23 @@ def schema_difference(a: Dataset, b: Dataset) -> str | None:
             if va != vb:
                 return f"key {key!r} has {what} {_show(va)} in {a.name!r} and {_show(vb)} in {b.name!r}"
     return None
+
+
+def check_readable(ds: Dataset) -> None:
+    """Open every column of ``ds`` (through a view's or composed dataset's parents, each checked to
+    be the version it pins), reading no rows: what ``ds`` reads is there, so a dataset made of it
+    can be read. A dataset whose chain is broken (a grandparent replaced) was published, exit 0.
+
+    Raises:
+        CorruptDatasetError: A parent is gone or replaced, or a column does not open.
+    """
+    parts = getattr(ds, "segment_datasets", None)  # a composed dataset opens its parents' columns when read
+    if parts is None:
+        for key in ds.manifest.fields:
+            ds.column(key)
+        return
+    for part in parts():
+        check_readable(part)
 
 
 def verify_parent(ds: Dataset, shown_at: Path | None = None) -> None:

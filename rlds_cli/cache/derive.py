@@ -30,7 +30,7 @@ import numpy as np
 
 from rlds_cli._version import __version__
 from rlds_cli.cache import digest
-from rlds_cli.cache.compose import composed_selection, publish_index
+from rlds_cli.cache.compose import check_readable, composed_selection, publish_index
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episode_table import parse_episode_list
 from rlds_cli.cache.episodes import select_index, slice_index, write_index
@@ -169,6 +169,7 @@ def _selection(
     """The manifest and index of dataset ``name`` of episodes ``ids`` (ascending) of ``source``:
     a view (:func:`view_manifest`), or a composed selection when ``source`` is composed (its
     columns are its parents')."""
+    check_readable(source)
     if source.manifest.layout == COMPOSED_LAYOUT:
         return composed_selection(source, name, ids, how, cache=cache)
     return view_manifest(source, parent, name, ids, how, cache=cache)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from rlds_cli.cache import CacheRoot, DatasetBuilder, open_dataset
 from rlds_cli.cache.compose import downsample_dataset, merge_datasets, trim_dataset
 from rlds_cli.cache.composed import ComposedDataset
-from rlds_cli.cache.derive import create_selection, create_view, drop_episodes
+from rlds_cli.cache.derive import create_selection, create_view, drop_episodes, split_dataset
 from rlds_cli.cache.episode_table import parse_episode_list
 from rlds_cli.cache.layout import COMPOSED_LAYOUT
 from rlds_cli.cache.manage import remove_dataset
@@ -238,6 +238,25 @@ def test_a_boolean_mask_selects_its_true_episodes_and_floats_are_refused() -> No
     trim_dataset("a", "t1", start=np.int64(1))  # type: ignore[arg-type]
     downsample_dataset("a", "d2", np.int64(2))  # type: ignore[arg-type]
     assert open_dataset("t1").num_steps == 9 and open_dataset("d2").num_episodes == 3
+
+
+def test_nothing_is_made_of_a_dataset_whose_chain_is_broken(ab: tuple[object, object]) -> None:
+    """A trim of a merge of a view, the view's parent replaced: selections, drops, splits and
+    merges without --verify of the trim were published (exit 0), and could never be read."""
+    create_view("a", "va", (0, 2))
+    merge_datasets(["va", "b"], "m")
+    trim_dataset("m", "t", start=1)
+    write_block("a", lengths=(5, 5), replace=True)
+    made = [
+        lambda: create_selection("t", "x1", [0]),
+        lambda: drop_episodes("t", [0], "x2"),
+        lambda: split_dataset("t", 0.5, train_name="x3", val_name="x4"),
+        lambda: merge_datasets(["t", "b"], "x5", verify=False),
+    ]
+    for make in made:
+        with pytest.raises(CorruptDatasetError, match="view 'va': its parent 'a' was replaced"):
+            make()
+    assert not any(CacheRoot(root()).exists(name) for name in ("x1", "x2", "x3", "x4", "x5"))
 
 
 def test_trim_cuts_both_ends_and_the_cut_episode_ends_truncated(ab: tuple[object, object]) -> None:
