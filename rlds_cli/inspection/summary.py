@@ -333,9 +333,13 @@ def scores_of_manifest(manifest: Any) -> ReferenceScores | None:
 
 def dataset_scores(dataset: Any) -> ReferenceScores | None:
     """:func:`scores_of_manifest` of a :class:`~rlds_cli.cache.dataset.Dataset` (its parent's
-    for a view)."""
+    for a view; a merge's or trim's: its parents', where they all have the same)."""
     from rlds_cli.cache.env_spec import own_manifest
+    from rlds_cli.cache.layout import COMPOSED_LAYOUT
 
+    if dataset.manifest.layout == COMPOSED_LAYOUT:
+        found = [dataset_scores(parent) for parent in dataset.segment_datasets()]
+        return found[0] if found and all(f is not None and f == found[0] for f in found) else None
     manifest = own_manifest(dataset)
     return scores_of_manifest(manifest) if manifest is not None else None
 

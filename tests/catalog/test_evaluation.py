@@ -135,6 +135,18 @@ def test_a_view_has_its_parents_environment(pendulum: rlds_cli.Dataset) -> None:
     assert rlds_cli.normalized_score("pendulum-first", -100.0) == 100.0  # the parent's numbers too
 
 
+@pytest.mark.usefixtures("pendulum")
+def test_a_trim_or_merge_has_its_parents_scores_where_they_agree() -> None:
+    """A trim of a scored dataset, or a merge of it with its own view, said 'no reference scores'."""
+    from rlds_cli.cache.compose import merge_datasets, trim_dataset
+
+    create_view("pendulum", "pendulum-first", (0, 1))
+    trim_dataset("pendulum", "pendulum-cut", start=1)
+    merge_datasets(["pendulum", "pendulum-first"], "pendulum-twice")
+    for name in ("pendulum-cut", "pendulum-twice"):
+        assert rlds_cli.normalized_score(name, -100.0) == 100.0
+
+
 def test_no_environment_is_a_clear_error(golden: rlds_cli.Dataset) -> None:
     assert golden.env_spec is None
     with pytest.raises(NoEnvSpecError, match="dataset 'golden' records no environment to recover"):
