@@ -88,7 +88,7 @@ _REGISTRY_FOLDER_FORMATS = {"minari"}
 
 
 def download(
-    source: str,
+    source: str | os.PathLike[str],
     *,
     name: str | None = None,
     format: str | None = None,
@@ -110,7 +110,7 @@ def download(
     Args:
         source: A registry id or alias (``rlds list --remote``), an ``http(s)://`` URL of one
             file, a Hub dataset repo ``hf://datasets/ORG/REPO[/PATH][@REVISION]``, or a local
-            path (file, folder, or archive).
+            path (file, folder, or archive; a str or a path object).
         name: Name in the cache (default: the registry id, or the file's stem).
         format: Source format (default: the registry's, or detected from the files).
         root: Cache root.
@@ -141,7 +141,7 @@ def download(
         "root": cache, "backend": backend, "frames": frames, "force": force, "progress": progress,
         "license": license, "citation": citation,
     }  # fmt: skip
-    source = _normal_url(source)
+    source = _normal_url(os.fspath(source) if isinstance(source, os.PathLike) else source)
     if not source.strip():  # Path("") is the working directory: never a source by accident
         raise SourceNotFoundError(
             "the source is empty", hint="give a registry id, a URL, an hf:// URL or a path ('.' for here)"
