@@ -29,6 +29,18 @@ class RldsError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    @property
+    def hint(self) -> str:
+        """What the user can do (the CLI prints it under the message)."""
+        return self._hint
+
+    @hint.setter
+    def hint(self, value: str) -> None:
+        # also a note, which a traceback prints under the message: a library user sees it too
+        self._hint = value
+        notes = [n for n in getattr(self, "__notes__", []) if not n.startswith("hint: ")]
+        self.__notes__ = [*notes, f"hint: {value}"] if value else notes
+
 
 class SettingError(RldsError, ValueError):
     """An ``RLDS_*`` environment variable whose value cannot be used (read by
@@ -374,8 +386,7 @@ def import_extra(module: str, needed_by: str, hint: str, package: str | None = N
         ) from None
 
 
-#: How to install gymnasium (the ``record`` extra), put in the message: a traceback shows the
-#: message, not the hint.
+#: How to install gymnasium (the ``record`` extra), named in the messages of the errors that need it.
 GYMNASIUM_INSTALL = "pip install 'rlds-cli[record]' (from a checkout: pip install -e '.[record]')"
 
 
