@@ -33,9 +33,7 @@ import logging
 import math
 import os
 import shutil
-import socket
 import tempfile
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,7 +41,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from rlds_cli._util.locks import FileLock, pid_alive
+from rlds_cli._util.locks import FileLock
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.commit_log import (
     RECORD_SIZE,
@@ -52,6 +50,7 @@ from rlds_cli.cache.commit_log import (
     damage_hint,
     seg_name,
     segment_damage_hint,
+    unnamed,
 )
 from rlds_cli.cache.dataset import Dataset, manifest_of, version_identity
 from rlds_cli.cache.growing_columns import SMALL_BYTES, SMALL_ROWS, ConcatColumn, TailRun
@@ -67,7 +66,7 @@ from rlds_cli.cache.layout import (
     segment_folders,
 )
 from rlds_cli.cache.log_checkpoint import load_state, verify_log
-from rlds_cli.cache.manifest import FieldSpec, Manifest, manifest_json
+from rlds_cli.cache.manifest import FieldSpec, Manifest
 from rlds_cli.cache.reader import Episodes
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.ted import EPISODE_DTYPE
@@ -618,95 +617,6 @@ class _TailSpec:
 
     def merged(self, seg: bytes) -> tuple[bytes, ...] | None:
         return self._ds._state.merged.get(seg)
-
-
-def segment_writer(path: Path) -> tuple[str, int] | None:
-    """``(host, pid)`` from a segment manifest's ``source.writer``, or ``None`` when unreadable."""
-    return _segment_origin(path)[0]
-
-
-def _segment_origin(path: Path) -> tuple[tuple[str, int] | None, bool]:
-    """A segment's writer (:func:`segment_writer`) and whether the segment is a merge of others
-    (``source.writer.compacted``, written by a compaction)."""
-    try:
-        file = path / MANIFEST_FILE
-        writer = manifest_json(file.read_bytes(), file)["source"]["writer"]
-        merged = bool(writer.get("compacted"))
-        host, pid = writer["host"], writer["pid"]
-    except (OSError, KeyError, TypeError, AttributeError):  # CorruptDatasetError is an OSError
-        return None, False
-    if not isinstance(host, str) or not str(pid).isdigit():
-        return None, merged
-    return (host, int(pid)), merged
-
-
-def writer_alive(path: Path) -> bool:
-    """Whether the process writing ``path`` (a build named ``<id>.<pid>``, or a segment naming
-    its writer in its manifest) still runs on this host; ``False`` without a readable writer."""
-    if path.parent.name == SEGMENT_BUILDS_DIR:
-        parts = path.name.split(".")
-        return len(parts) == 2 and parts[1].isdigit() and _running((socket.gethostname(), int(parts[1])))
-    return _running(segment_writer(path))
-
-
-def _running(writer: tuple[str, int] | None) -> bool:
-    """Whether ``writer`` (host, pid) is a process running on this host."""
-    return writer is not None and writer[0] == socket.gethostname() and pid_alive(writer[1])
-
-
-def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
-    """The segment folders of ``directory`` named by neither the log (followed to its end) nor
-    ``views``, whose writer no longer runs; and why they look like lost records (``None``: each
-    can be a leftover).
-
-    Raises:
-        CorruptDatasetError: The log is damaged.
-    """
-    # followed on from the furthest view: a full replay grows with history (0.4 s at 100k commits)
-    latest = max(views, key=lambda v: v.position).copy() if views else LogState()
-    latest.follow(directory / COMMIT_LOG_FILE)
-    found: list[Path] = []
-    merges: list[Path] = []
-    writers: Counter[Any] = Counter()
-    for path in segment_folders(directory):
-        try:
-            seg = bytes.fromhex(path.name)
-        except ValueError:  # not a segment rlds named: no record can name it
-            seg = b""
-        if any(state.names(seg) for state in (latest, *views)):
-            continue
-        writer, merged = _segment_origin(path)  # read once: whether it runs, whose, what it is
-        if _running(writer):
-            continue
-        found.append(path)
-        if merged:
-            merges.append(path)
-        # a segment that does not say its writer counts as a writer of its own
-        writers[writer if writer is not None else path.name] += 1
-    return found, _lost_records(latest, found, writers, merges)
-
-
-def _lost_records(
-    state: LogState, paths: list[Path], writers: Counter[Any], merges: list[Path]
-) -> str | None:
-    """Why ``paths`` look like records the log lost rather than leftovers, or ``None``."""
-    if not writers:
-        return None
-    if state.records == 0 and merges:  # a merge is made of segments the log named
-        return (
-            f"{COMMIT_LOG_FILE} holds no record, and segment {merges[0].name} on disk merges others "
-            "(a compaction runs only on a log that names segments)"
-        )
-    writer, count = writers.most_common(1)[0]
-    if count > 1:
-        host, pid = writer
-        return (
-            f"{COMMIT_LOG_FILE} does not name {count} segments written by process {pid} on "
-            f"{host}, and a writer leaves at most one (killed between a segment and its record)"
-        )
-    if state.records == 0 and len(paths) > 1:
-        return f"{COMMIT_LOG_FILE} holds no record, and {len(paths)} segments are on disk"
-    return None
 
 
 #: What separates the dataset's entry from the copy's id in the name of its lock and folder.

@@ -540,6 +540,17 @@ def stats(
     if normalization_table is not None:
         table.save(normalization_table)
     data = table.to_dict()
+    for name, entry in data["sources"].items():
+        for k, s in entry["keys"].items():
+            unknown = [i for i, m in enumerate(np.asarray(s["mean"], object).reshape(-1)) if m is None]
+            if unknown:
+                shown = ", ".join(map(str, unknown[:8])) + (", ..." if len(unknown) > 8 else "")
+                output.warn(
+                    f"{name} {k}: {len(unknown)} of its {int(np.prod(s['shape']))} dimension(s) hold NaN or "
+                    f"infinite values ({shown}): "
+                    f"their statistics are unknown ('-', null in JSON), and Normalize would make every value "
+                    f"of them NaN; 'rlds inspect {name} --check' finds the steps"
+                )
     if json:
         output.print_json(data)
         return

@@ -62,8 +62,8 @@ import numpy as np
 from rlds_cli.cache import log_checkpoint
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.backends.memmap import load_npy
-from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, Record, damage_hint, seg_name
-from rlds_cli.cache.growing import growing_settings, unnamed
+from rlds_cli.cache.commit_log import RECORD_SIZE, LogState, Record, damage_hint, seg_name, unnamed
+from rlds_cli.cache.growing import growing_settings
 from rlds_cli.cache.layout import COMMIT_LOG_FILE, EPISODES_FILE, MANIFEST_FILE, SEGMENTS_DIR
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.errors import (
@@ -198,7 +198,7 @@ class SegmentSink:
 
     def _check_log_whole(self) -> None:
         """Before a writer's first commit: the whole log replayed (damage raises), and no record lost
-        where the segments on disk show it (:func:`~rlds_cli.cache.growing.unnamed`): committed into,
+        where the segments on disk show it (:func:`~rlds_cli.cache.commit_log.unnamed`): committed into,
         such a log's lost episodes would stay unseen."""
         self._state.follow(self.directory / COMMIT_LOG_FILE)
         _, why = unnamed(self.directory, self._state)

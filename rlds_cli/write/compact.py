@@ -62,9 +62,10 @@ from rlds_cli.cache.commit_log import (
     Record,
     SegmentEntry,
     new_segment_id,
+    unnamed,
 )
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.growing import GrowingDataset, grace_problem, growing_settings, unnamed
+from rlds_cli.cache.growing import GrowingDataset, grace_problem, growing_settings
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
     COMPACT_LOCK_SUFFIX,

@@ -52,8 +52,17 @@ from rlds_cli._version import __version__
 from rlds_cli.cache import commit_log, digest, episodes
 from rlds_cli.cache.backends import Backend
 from rlds_cli.cache.backends.frames import FramesColumnWriter, column_writer
-from rlds_cli.cache.commit_log import ADD, EVICT, PROTECTED, LogState, Record, new_segment_id, seg_name
-from rlds_cli.cache.growing import unnamed, writer_alive
+from rlds_cli.cache.commit_log import (
+    ADD,
+    EVICT,
+    PROTECTED,
+    LogState,
+    Record,
+    new_segment_id,
+    seg_name,
+    unnamed,
+    writer_alive,
+)
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
     GROWING_FOLDERS,

@@ -176,7 +176,7 @@ def test_a_selection_must_name_distinct_episodes_of_the_parent(parent: Dataset) 
         ([2, 2], "2 from 2 to 2"),
     ):
         with pytest.raises(
-            InvalidSelectionError, match=f"needs distinct episode positions from 0 to 9, got {got}$"
+            InvalidSelectionError, match=f"(?m)needs distinct episode positions from 0 to 9, got {got}$"
         ):
             create_selection("ten", "bad", ids)
     assert not CacheRoot().exists("bad")

@@ -100,7 +100,11 @@ def test_keys_of_several_axes_and_values_that_are_not_finite(isolated_cache: Pat
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
     assert data["sources"]["grid"]["keys"]["blank"]["min"] == [None, None]
-    assert "-" in invoke("stats", "grid", "--key", "blank").stdout
+    shown = invoke("stats", "grid", "--key", "blank")
+    assert "-" in shown.stdout
+    # unknown statistics were shown as '-' alone: Normalize then made the whole column NaN
+    assert "grid blank: 2 of its 2 dimension(s) hold NaN or infinite values (0, 1)" in shown.stderr
+    assert "NaN" not in invoke("stats", "grid", "--key", "action").stderr
     rlds_cli.DatasetWriter("empty", root=isolated_cache, schema=rlds_cli.open_dataset("grid").fields).close()
     result = invoke("stats", "empty")
     assert result.exit_code == 1 and "dataset 'empty' has no steps to compute statistics of" in result.stderr

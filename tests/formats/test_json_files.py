@@ -40,7 +40,7 @@ def test_a_file_over_the_cap_is_refused_before_it_is_read(
     path.write_text("[" + "0, " * 10 + "0]", encoding="utf-8")
     monkeypatch.setattr(json_files, "MAX_JSON_BYTES", 10)
     monkeypatch.setattr(Path, "read_text", lambda *a, **k: pytest.fail("read past the cap"))
-    with pytest.raises(SourceFormatError, match=rf"^{path} is 33 bytes, over the 10 read for features$"):
+    with pytest.raises(SourceFormatError, match=rf"(?m)^{path} is 33 bytes, over the 10 read for features$"):
         read_json_file(path, "features")
-    with pytest.raises(SourceFormatError, match=r"is 33 bytes, over the 10 read for metadata$"):
+    with pytest.raises(SourceFormatError, match=r"(?m)is 33 bytes, over the 10 read for metadata$"):
         check_json_size(path)

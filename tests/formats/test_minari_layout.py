@@ -112,7 +112,7 @@ def test_a_png_frame_among_jpeg_ones_is_named_for_its_codec(tmp_path: Path) -> N
     Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(buf, format="PNG")
     with h5py.File(d / "data" / "main_data.hdf5", "a") as f:
         f["episode_0/observations"][1] = np.frombuffer(buf.getvalue(), np.uint8)
-    with pytest.raises(SourceFormatError, match=r"observations frame 1 is a png image, not a JPEG$"):
+    with pytest.raises(SourceFormatError, match=r"(?m)observations frame 1 is a png image, not a JPEG$"):
         convert(d, "img")
 
 

@@ -84,7 +84,7 @@ def test_a_slice_len_past_every_episode_is_refused_naming_it(dataset: str, size:
 
 @pytest.mark.usefixtures("machine")
 def test_a_prioritized_slice_len_past_every_episode_is_refused_naming_it(dataset: str) -> None:
-    with pytest.raises(ValueError, match=r"^slice_len=1000000000: .*; lower slice_len$"):
+    with pytest.raises(ValueError, match=r"(?m)^slice_len=1000000000: .*; lower slice_len$"):
         Loader(dataset, sampler="prioritized", slice_len=10**9, num_slices=1, seed=0)
 
 
@@ -114,7 +114,7 @@ def test_windows_of_a_million_offsets_are_refused_naming_windows(dataset: str) -
 @pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
 def test_a_batch_size_no_machine_holds_is_refused_naming_it(dataset: str, sampler: str) -> None:
     """The machine's real memory: 10**12 rows of 51 bytes is past a quarter of any machine's."""
-    with pytest.raises(ValueError, match=r"^batch_size=1000000000000: .*; lower batch_size$"):
+    with pytest.raises(ValueError, match=r"(?m)^batch_size=1000000000000: .*; lower batch_size$"):
         Loader(dataset, batch_size=10**12, sampler=sampler, seed=0)
 
 

@@ -451,9 +451,9 @@ def test_refusing_to_overwrite_a_derived_dataset_names_what_it_is(tmp_path: Path
     make_dataset("p", LENGTHS)
     create_view("p", "v", (0, 2))
     preprocess.run("p", f"{FNS}:identity", "out", workers=1)
-    with pytest.raises(DatasetExistsError, match=r"already exists in .* \(a view of 'p'\)$"):
+    with pytest.raises(DatasetExistsError, match=r"(?m)already exists in .* \(a view of 'p'\)$"):
         convert(source, "v")
-    with pytest.raises(DatasetExistsError, match=r"already exists in .* \(preprocessed from 'p'\)$"):
+    with pytest.raises(DatasetExistsError, match=r"(?m)already exists in .* \(preprocessed from 'p'\)$"):
         convert(source, "out")
 
 
