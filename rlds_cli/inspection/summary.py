@@ -34,7 +34,7 @@ from rlds_cli.cache.card import dataset_card
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episode_table import episode_returns
 from rlds_cli.cache.layout import ARRAYS_DIR
-from rlds_cli.errors import NoReferenceScoresError, import_extra
+from rlds_cli.errors import ExportError, NoReferenceScoresError, import_extra
 
 #: Bins of the episode length and return histograms.
 HISTOGRAM_BINS = 20
@@ -247,6 +247,8 @@ def plot_dataset(ds: Dataset, out: str | Path) -> Path:
 
     Raises:
         MissingExtraError: matplotlib is not installed (``pip install 'rlds-cli[plot]'``).
+        ExportError: ``out`` is a folder, or its suffix is no image format matplotlib writes (its
+            folder is made where missing, as an export's is).
     """
     hint = "pip install 'rlds-cli[plot]'"
     import_extra("matplotlib", "--plot", hint=hint).use("Agg")  # files only: never needs a display
@@ -254,6 +256,17 @@ def plot_dataset(ds: Dataset, out: str | Path) -> Path:
 
     out = Path(out)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    formats = fig.canvas.get_supported_filetypes()
+    suffix = out.suffix.lower().lstrip(".")
+    problem = (
+        "is a folder" if out.is_dir()
+        else f"has no image suffix ({', '.join('.' + f for f in ('png', 'pdf', 'svg'))}, ...)" if not suffix
+        else f"ends .{suffix}, which is no image format matplotlib writes" if suffix not in formats
+        else None
+    )  # fmt: skip
+    if problem is not None:
+        plt.close(fig)
+        raise ExportError(f"--plot {out} {problem}", hint="give a file name such as plot.png")
     table = ds.episodes
     axes[0].hist(table.returns, bins=30, color="tab:blue")
     axes[0].set(title="episode return", xlabel="return", ylabel="episodes")

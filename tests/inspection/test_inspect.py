@@ -106,6 +106,21 @@ def test_cli_inspect_plot(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [("x.txt", "ends .txt, which is no image format"), ("d", "is a folder"), ("p", "has no image suffix")],
+)
+def test_cli_inspect_plot_names_what_it_cannot_write(tmp_path: Path, name: str, needle: str) -> None:
+    """'.txt' gave "unexpected ValueError: Format 'txt' is not supported"; a name without a
+    suffix said "plot written to p" and wrote p.png."""
+    pytest.importorskip("matplotlib")
+    convert(_file_with_nans(tmp_path / "f.hdf5"), "f")
+    (tmp_path / "d").mkdir()
+    result = runner.invoke(app, ["inspect", "f", "--plot", str(tmp_path / name), "--no-stats"])
+    assert result.exit_code == 1 and needle in result.stderr.splitlines()[0], result.output
+    assert "unexpected" not in result.output and not (tmp_path / "p.png").exists()
+
+
 def test_cli_inspect_plot_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     convert(_file_with_nans(tmp_path / "f.hdf5"), "f")
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an import finds where it is not installed
