@@ -235,13 +235,21 @@ def parse_options(reader: type[Reader], given: Mapping[str, object]) -> dict[str
                 hint=f"options of this format: {options.describe()}",
             )
         try:
-            out[key] = _coerce(hints[key], value)
+            out[key] = got = _coerce(hints[key], value)
+            if key in COUNT_OPTIONS and isinstance(got, int) and not isinstance(got, bool) and got < 1:
+                raise ValueError
         except ValueError:
+            words = "a whole number >= 1" if key in COUNT_OPTIONS else _type_words(hints[key])
             raise SourceFormatError(
-                f"{key} is {value!r}; the {reader.format_name} format takes {_type_words(hints[key])}",
+                f"{key} is {value!r}; the {reader.format_name} format takes {words}",
                 hint=f"options of this format: {options.describe()}",
             ) from None
     return out
+
+
+#: Options that count steps, rows or processes: 0 or less is a mistake (block_rows=-3 was blamed
+#: on the data file, block_rows=0 and max_episode_steps=-5 accepted).
+COUNT_OPTIONS = frozenset({"block_rows", "max_episode_steps", "workers"})
 
 
 #: Options any caller may pass whatever the format (the CLI's --workers, --allow-pickle,

@@ -83,7 +83,11 @@ def wide(monkeypatch: pytest.MonkeyPatch) -> None:
     ("option", "words"),
     [
         ("last_step=drop", ["option 'last_step' does not apply to the d4rl format", "max_episode_steps"]),
-        ("block_rows=many", ["block_rows is 'many'; the d4rl format takes an integer or none"]),
+        ("block_rows=many", ["block_rows is 'many'; the d4rl format takes a whole number >= 1"]),
+        # -3 was blamed on the data file ("holds no complete transition"); 0 and -5 were accepted
+        ("block_rows=-3", ["block_rows is '-3'; the d4rl format takes a whole number >= 1"]),
+        ("block_rows=0", ["block_rows is '0'; the d4rl format takes a whole number >= 1"]),
+        ("max_episode_steps=-5", ["max_episode_steps is '-5'; the d4rl format takes a whole number >= 1"]),
         ("max_episode_steps", ["'max_episode_steps' is not key=value"]),
     ],
 )
