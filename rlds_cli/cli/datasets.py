@@ -51,11 +51,18 @@ def list_datasets(
     cache = CacheRoot(root)
     rows = [d.to_dict() for d in cached_datasets(pattern, cache)]
     if not quiet:  # a dataset whose manifest is damaged is not listed: say so, not nothing
+        from rlds_cli.cache.manage import manifestless_datasets
         from rlds_cli.catalog.registry import matches
 
         for name, exc in cache.damaged_manifests():
             if pattern is None or matches(pattern, name):
                 output.warn(f"not listed: {exc.message} ({exc.hint})")
+        for folder in manifestless_datasets(cache):  # a deleted manifest: the folder said nothing
+            if pattern is None or matches(pattern, folder.name):
+                output.warn(
+                    f"not listed: {folder} holds files but no manifest.json (damage; views may read its "
+                    "arrays): restore its manifest.json, or remove the folder yourself"
+                )
         for r in rows:
             if r["damaged"] is not None:
                 why = str(r["damaged"]).removeprefix(f"growing dataset {r['name']!r} is damaged: ")

@@ -296,3 +296,9 @@ def test_list_says_which_dataset_it_cannot_list() -> None:
     assert "rlds verify d" in line
     result = runner.invoke(app, ["list", "--json"], env={"NO_COLOR": "1", "COLUMNS": "400"})
     assert [d["name"] for d in json.loads(result.stdout)["datasets"]] == ["ok"]
+    # a deleted manifest: the folder of arrays left the listing without a word (gc named it)
+    path.unlink()
+    result = runner.invoke(app, ["list"], env={"NO_COLOR": "1", "COLUMNS": "400"})
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("warning: not listed: ") and "holds files but no manifest.json" in line
+    assert str(path.parent) in line
