@@ -29,11 +29,11 @@ from rlds_cli._version import __version__
 from rlds_cli.cache import digest
 from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.card import combine_cards, dataset_card, dataset_fps
-from rlds_cli.cache.composed import Part, parts_of
+from rlds_cli.cache.composed import ComposedDataset, Part, parts_of
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episodes import write_index
 from rlds_cli.cache.growing import fixed_copy_hint
-from rlds_cli.cache.layout import COMPOSED_LAYOUT, SEGMENTED_LAYOUT, validate_name
+from rlds_cli.cache.layout import COMPOSED_LAYOUT, SEGMENTED_LAYOUT, VIEW_LAYOUT, validate_name
 from rlds_cli.cache.manifest import FieldSpec, Manifest
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
@@ -91,7 +91,7 @@ def merge_datasets(
         )
     parents = [open_dataset(n, cache) for n in names]
     for ds in parents:
-        _refuse_growing(ds)
+        refuse_growing(ds.manifest.layout, ds.name, "a merge or trim")
     first = parents[0]
     for ds in parents[1:]:
         problem = schema_difference(first, ds)
@@ -185,7 +185,7 @@ def trim_dataset(
             hint="pass --start K and/or --end K with K >= 1",
         )
     source = open_dataset(parent, cache)
-    _refuse_growing(source)
+    refuse_growing(source.manifest.layout, source.name, "a merge or trim")
     problems = source.check_files()  # sizes only (a view's: of its pinned parent's files)
     if problems:
         raise CorruptDatasetError(
@@ -228,16 +228,17 @@ def check_readable(ds: Dataset) -> None:
     be the version it pins), reading no rows: what ``ds`` reads is there, so a dataset made of it
     can be read. A dataset whose chain is broken (a grandparent replaced) was published, exit 0.
 
+    A dataset that reads no parent (converted, growing) has no chain to check: nothing is opened.
+
     Raises:
         CorruptDatasetError: A parent is gone or replaced, or a column does not open.
     """
-    parts = getattr(ds, "segment_datasets", None)  # a composed dataset opens its parents' columns when read
-    if parts is None:
+    if isinstance(ds, ComposedDataset):  # it opens its parents' columns when read
+        for part in ds.segment_datasets():
+            check_readable(part)
+    elif ds.manifest.layout == VIEW_LAYOUT:
         for key in ds.manifest.fields:
             ds.column(key)
-        return
-    for part in parts():
-        check_readable(part)
 
 
 def verify_parent(ds: Dataset, shown_at: Path | None = None) -> None:
@@ -270,13 +271,14 @@ def _show(value: Any) -> str:
     return str(tuple(value)) if isinstance(value, tuple) else str(value)
 
 
-def _refuse_growing(ds: Dataset) -> None:
-    """Refuse a growing parent: a composed dataset cannot pin one."""
-    if ds.manifest.layout == SEGMENTED_LAYOUT:
+def refuse_growing(layout: str, parent: str, made: str) -> None:
+    """Refuse a growing parent of dataset kind ``made`` (a view, a merge or trim): neither can pin a
+    dataset whose episodes change at every commit."""
+    if layout == SEGMENTED_LAYOUT:
         raise InvalidSelectionError(
-            f"dataset {ds.name!r} is a growing dataset (written by DatasetWriter): a merge or trim "
-            "cannot pin its episodes, which change at every commit",
-            hint=fixed_copy_hint(ds.name),
+            f"dataset {parent!r} is a growing dataset (written by DatasetWriter): {made} cannot pin "
+            "its episodes, which change at every commit",
+            hint=fixed_copy_hint(parent),
         )
 
 

@@ -30,13 +30,12 @@ import numpy as np
 
 from rlds_cli._version import __version__
 from rlds_cli.cache import digest
-from rlds_cli.cache.compose import check_readable, composed_selection, publish_index
+from rlds_cli.cache.compose import check_readable, composed_selection, publish_index, refuse_growing
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episode_table import parse_episode_list
 from rlds_cli.cache.episodes import select_index, slice_index, write_index
-from rlds_cli.cache.growing import fixed_copy_hint
 from rlds_cli.cache.integrity import check_episode_index
-from rlds_cli.cache.layout import COMPOSED_LAYOUT, MANIFEST_FILE, SEGMENTED_LAYOUT, VIEW_LAYOUT, validate_name
+from rlds_cli.cache.layout import COMPOSED_LAYOUT, MANIFEST_FILE, VIEW_LAYOUT, validate_name
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
@@ -212,7 +211,7 @@ def view_manifest(
             which publishes a composed selection).
         CorruptDatasetError: ``source`` is a view whose parent is gone or was replaced.
     """
-    _refuse_growing(source.manifest.layout, parent)
+    refuse_growing(source.manifest.layout, parent, "a view")
     if source.manifest.layout == COMPOSED_LAYOUT:
         raise InvalidSelectionError(
             f"dataset {parent!r} is composed (merged or trimmed): its episodes are selected by "
@@ -306,7 +305,7 @@ def split_dataset(
             hint="--val is the fraction of episodes for validation, e.g. --val 0.1",
         )
     opened = open_dataset(parent, root)
-    _refuse_growing(opened.manifest.layout, parent)  # before either view is made
+    refuse_growing(opened.manifest.layout, parent, "a view")  # before either view is made
     total = opened.num_episodes
     n_val = max(1, round(total * val_fraction))
     if total < 2:
@@ -388,7 +387,7 @@ def _split_by_list(
 ) -> tuple[Manifest, Manifest]:
     """The split whose validation episodes are named (positions or a list ``"0,5,9-20"``)."""
     opened = open_dataset(parent, root)
-    _refuse_growing(opened.manifest.layout, parent)
+    refuse_growing(opened.manifest.layout, parent, "a view")
     total = opened.num_episodes
     spec = val_episodes if isinstance(val_episodes, str) else [int(i) for i in val_episodes]
     chosen = parse_episode_list(spec, total, option="--val-episodes")
@@ -403,16 +402,6 @@ def _split_by_list(
     label = val_episodes if isinstance(val_episodes, str) else f"{len(chosen)} named episodes"
     train, val = (train_name, f"all but episodes {label}"), (val_name, f"episodes {label}")
     return _publish_split(opened, parent, train, val, in_val, root, replace)
-
-
-def _refuse_growing(layout: str, parent: str) -> None:
-    """Refuse a growing parent: a view cannot pin a dataset that changes at every commit."""
-    if layout == SEGMENTED_LAYOUT:
-        raise InvalidSelectionError(
-            f"dataset {parent!r} is a growing dataset (written by DatasetWriter): a view cannot pin "
-            "its episodes, which change at every commit",
-            hint=fixed_copy_hint(parent),
-        )
 
 
 def drop_episodes(

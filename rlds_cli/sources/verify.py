@@ -128,27 +128,20 @@ def _redo_hint(kind: str, manifest: Any) -> str:
     return f"convert it again ('rlds download {source.get('path', 'PATH')} --name {name} --force')"
 
 
+#: Why a downloaded file's check is skipped, by its status (:func:`_raw_file_check`).
+_SKIPPED_FILES = {
+    "not kept": "not kept on disk (--no-keep-raw); its recorded sha256 still checks the next download",
+    "gone": "no longer on disk: it was kept after its download and removed since; its recorded sha256 "
+    "still checks the next download",
+    "unconfirmed": "its sha256 was recorded at its first download and is confirmed only once the file "
+    "converts",
+}
+
+
 def _raw_file_check(f: dict[str, Any], name: str) -> dict[str, Any]:
     label = f"downloaded file {f['name']}"
-    if f["status"] == "not kept":
-        return _check(
-            label,
-            "skipped",
-            "not kept on disk (--no-keep-raw); its recorded sha256 still checks the next download",
-        )
-    if f["status"] == "gone":
-        return _check(
-            label,
-            "skipped",
-            "no longer on disk: it was kept after its download and removed since; its recorded sha256 still "
-            "checks the next download",
-        )
-    if f["status"] == "unconfirmed":
-        return _check(
-            label,
-            "skipped",
-            "its sha256 was recorded at its first download and is confirmed only once the file converts",
-        )
+    if f["status"] in _SKIPPED_FILES:
+        return _check(label, "skipped", _SKIPPED_FILES[f["status"]])
     if f["status"] == "failed to convert":
         return _check(
             label,
