@@ -167,9 +167,10 @@ class PadSchema:
                 dtype = own
                 for t in chain:
                     stats = t.stats if isinstance(t, Normalize) and t.stats is not None else {}
-                    used = next((v for k, v in stats.items() if key in twins(k, stats)), None)
+                    used = next((k for k in stats if key in twins(k, stats)), None)
                     if used is not None:  # (x - mean) / std: numpy's promotion
-                        dtype = np.dtype(np.result_type(dtype, used[0].dtype, used[1].dtype))
+                        mean, std = t.pair(used, dtype)
+                        dtype = np.dtype(np.result_type(dtype, mean.dtype, std.dtype))
                 found.append(dtype)
             promoted = np.dtype(np.result_type(*found))
             if promoted != spec.dtype:
@@ -318,7 +319,7 @@ def fuse(
         seen: set[str] = set()
         for t in chain:
             assert t.stats is not None
-            for key, (mean, std) in t.stats.items():
+            for key in t.stats:
                 for name in twins(key, t.stats):  # the batch keys this source's Normalize changes
                     if name in seen:
                         return None  # normalized twice in one source: its chain's order matters
@@ -329,6 +330,7 @@ def fuse(
                     floating = spec.dtype.kind == "f" and batch_dtype(name, spec.dtype) == spec.dtype
                     if not floating or not _one_dtype(schema, name, spec.dtype):
                         return None
+                    mean, std = t.pair(key, spec.dtype)
                     if name not in tables:
                         zeros, ones = (
                             np.zeros((count, *spec.shape), mean.dtype),

@@ -1,7 +1,7 @@
 """Normalization statistics as one public, saveable object, for normalizing the environment's
 observations at evaluation time.
 
-:class:`NormalizationStats` holds per-key ``mean``, ``std``, ``min`` and ``max`` (float32 arrays
+:class:`NormalizationStats` holds per-key ``mean``, ``std``, ``min`` and ``max`` (float64 arrays
 of the key's per-step shape) and the ``eps`` added to ``std``. ``normalize(x)`` is exactly
 :class:`~rlds_cli.loader.Normalize`'s ``(x - mean) / (std + eps)`` (a loader's ``Normalize``
 exposes its statistics as ``Normalize.statistics``). ``save``/``load`` use ``.npz`` (no pickle)
@@ -55,7 +55,7 @@ def compute_stats(
     per step (images) get one value over all elements.
 
     Returns:
-        ``{key: {"mean": ..., "std": ..., "min": ..., "max": ...}}`` as float32 arrays of the
+        ``{key: {"mean": ..., "std": ..., "min": ..., "max": ...}}`` as float64 arrays of the
         key's per-step shape (``()`` for images).
     """
     from rlds_cli.cache import stats as accumulator
@@ -72,7 +72,7 @@ def compute_stats(
             if merged is None:
                 raise ValueError(f"dataset {dataset.name!r} has no steps to compute statistics of")
             known = accumulator.key_stats(merged, dataset.manifest.fields[base].shape)
-        out[key] = {s: np.asarray(getattr(known, s), np.float32) for s in _FIELDS}
+        out[key] = {s: np.asarray(getattr(known, s), np.float64) for s in _FIELDS}
     return out
 
 
@@ -133,7 +133,7 @@ def checked_eps(eps: Any) -> float:
 
 @dataclass
 class NormalizationStats:
-    """Per-key normalization statistics: ``{key: {"mean", "std", "min", "max"}}`` as float32
+    """Per-key normalization statistics: ``{key: {"mean", "std", "min", "max"}}`` as float64
     arrays of the key's per-step shape, and the ``eps`` added to ``std``.
 
     Attributes:
@@ -157,7 +157,7 @@ class NormalizationStats:
             table = getattr(self, name)
             if list(table) != self.keys:
                 raise ValueError(f"NormalizationStats: {name!r} has keys {list(table)}, mean has {self.keys}")
-            setattr(self, name, {k: np.asarray(v, np.float32) for k, v in table.items()})
+            setattr(self, name, {k: np.asarray(v, np.float64) for k, v in table.items()})
         self.eps = checked_eps(self.eps)
 
     # ------------------------------------------------------------------ making
@@ -183,7 +183,7 @@ class NormalizationStats:
             for name in ("min", "max"):  # optional: not needed to normalize
                 value = _get(stats[key], name)
                 absent = np.full_like(mean, np.nan)
-                tables[name][key] = np.asarray(value, np.float32) if value is not None else absent
+                tables[name][key] = np.asarray(value, np.float64) if value is not None else absent
         return cls(**tables, eps=eps, source=source)
 
     @classmethod
@@ -221,16 +221,30 @@ class NormalizationStats:
             raise KeyError(f"no normalization statistics for {name!r} (they cover {self.keys})")
         return name
 
-    def normalize(self, x: Any, key: str | tuple[str, ...] = "observation") -> np.ndarray:
-        """``(x - mean) / (std + eps)`` with ``key``'s statistics (float32 when ``x`` is float32):
-        what :class:`~rlds_cli.loader.Normalize` does to a batch, for one observation or many."""
+    def pair(self, key: str | tuple[str, ...], dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, std + eps)`` of ``key`` for values of ``dtype``: float64 where numpy computes
+        such values against float32 in float64 anyway (float64, 64- and 32-bit integers: float32
+        statistics would round a mean of 1.7e9 by up to 64), else float32, so float32 and uint8
+        values give float32 results."""
         k = self._key(key)
-        return (np.asarray(x) - self.mean[k]) / (self.std[k] + np.float32(self.eps))
+        wide = np.result_type(np.dtype(dtype), np.float32) == np.float64
+        kind = np.dtype(np.float64 if wide else np.float32)
+        std = self.std[k].astype(kind) + np.asarray(self.eps, kind)
+        return self.mean[k].astype(kind), std.astype(kind)
+
+    def normalize(self, x: Any, key: str | tuple[str, ...] = "observation") -> np.ndarray:
+        """``(x - mean) / (std + eps)`` with ``key``'s statistics (float32 when ``x`` is float32,
+        see :meth:`pair`): what :class:`~rlds_cli.loader.Normalize` does to a batch, for one
+        observation or many."""
+        values = np.asarray(x)
+        mean, std = self.pair(key, values.dtype)
+        return (values - mean) / std
 
     def denormalize(self, x: Any, key: str | tuple[str, ...] = "observation") -> np.ndarray:
         """The inverse of :meth:`normalize`: ``x * (std + eps) + mean``."""
-        k = self._key(key)
-        return np.asarray(x) * (self.std[k] + np.float32(self.eps)) + self.mean[k]
+        values = np.asarray(x)
+        mean, std = self.pair(key, values.dtype)
+        return values * std + mean
 
     # ------------------------------------------------------------------ files
 
@@ -293,8 +307,8 @@ def _get(entry: Any, name: str) -> Any:
 
 
 def _field(entry: Any, name: str, key: str) -> np.ndarray:
-    """``entry[name]`` or ``entry.name`` as float32: a dict of arrays or a ``KeyStats``."""
+    """``entry[name]`` or ``entry.name`` as float64: a dict of arrays or a ``KeyStats``."""
     value = _get(entry, name)
     if value is None:
         raise ValueError(f"the statistics of {key!r} have no {name!r}")
-    return np.asarray(value, np.float32)
+    return np.asarray(value, np.float64)

@@ -68,7 +68,8 @@ class Normalize:
     Attributes:
         statistics: The :class:`~rlds_cli.NormalizationStats` in use (after binding): save it with
             the policy and normalize the environment's observations with it at evaluation time.
-        stats: The same as ``{key: (mean, std + eps)}`` (legacy form).
+        stats: The same as ``{key: (mean, std + eps)}`` in float32 (legacy form; float64 values
+            are normalized with the float64 statistics, :meth:`pair`).
         source: Which statistics are in use, in words (after binding), e.g.
             ``"dataset 'hopper' (the parent of view 'hopper-val')"``.
     """
@@ -83,6 +84,7 @@ class Normalize:
         self.eps = checked_eps(eps)
         self.statistics: NormalizationStats | None = None
         self.stats: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
+        self._pairs: dict[tuple[str, np.dtype], tuple[np.ndarray, np.ndarray]] = {}
         self.source = ""
         #: The dataset the statistics were computed from (after binding; ``None`` when given).
         self.origin: Dataset | None = None
@@ -115,8 +117,18 @@ class Normalize:
     def _use(self, stats: Mapping[str, Any], source: str) -> None:
         self.statistics = NormalizationStats.from_mapping(stats, self.keys, eps=self.eps, source=source)
         self.source = source
-        self.stats = {k: (self.statistics.mean[k], self.statistics.std[k] + np.float32(self.eps))
-                      for k in self.keys}  # fmt: skip
+        self._pairs = {}
+        self.stats = {k: self.pair(k, np.float32) for k in self.keys}
+
+    def pair(self, key: str, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, std + eps)`` by which values of ``dtype`` under ``key`` (one of :attr:`keys`)
+        are normalized: :meth:`NormalizationStats.pair`."""
+        assert self.statistics is not None
+        at = (key, np.dtype(dtype))
+        found = self._pairs.get(at)
+        if found is None:
+            found = self._pairs[at] = self.statistics.pair(key, dtype)
+        return found
 
     def origin_unchanged(self) -> bool:
         """Whether the origin holds the rows its statistics were taken from (a growing origin
@@ -162,9 +174,10 @@ class Normalize:
     def __call__(self, batch: TedBatch) -> TedBatch:
         if self.stats is None:
             raise RuntimeError("Normalize has no statistics: pass stats= or use it in a Loader")
-        for key, (mean, std) in self.stats.items():
+        for key in self.stats:
             for name in twins(key, self.stats):
                 if name in batch:
+                    mean, std = self.pair(key, batch[name].dtype)
                     batch[name] = (batch[name] - mean) / std
         return batch
 

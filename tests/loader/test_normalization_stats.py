@@ -43,7 +43,7 @@ def test_from_dataset_is_what_the_loaders_normalize_uses(ds: Dataset) -> None:
     assert stats.source == "dataset 'ted'" and norm.source == "dataset 'ted'"
     # the old attribute keeps its shape: {key: (mean, std + eps)}
     _, std = norm.stats["observation"]  # type: ignore[index]
-    np.testing.assert_array_equal(std, expected["std"] + np.float32(1e-6))
+    np.testing.assert_array_equal(std, expected["std"].astype(np.float32) + np.float32(1e-6))
 
 
 def test_next_keys_use_their_keys_statistics(ds: Dataset) -> None:
@@ -151,3 +151,54 @@ def test_mismatched_tables_are_refused() -> None:
 
 def test_the_front_door_exports_it() -> None:
     assert rlds_cli.NormalizationStats is NormalizationStats
+
+
+def _far_from_zero(name: str, offset: float, seed: int) -> np.ndarray:
+    """A dataset whose float64 ``observation`` sits near ``offset`` (timestamps, map coordinates),
+    written with ``DatasetWriter``; returns every stored observation."""
+    from rlds_cli import DatasetWriter
+
+    rng = np.random.default_rng(seed)
+    with DatasetWriter(name) as writer:
+        for _ in range(3):
+            obs = offset + rng.normal(0.0, 1.0, (11, 2))
+            done = np.arange(10) == 9
+            writer.add_episode({
+                "observation": obs[:-1], "next/observation": obs[1:], "action": np.zeros((10, 1), np.float32),
+                "next/reward": np.zeros(10, np.float32), "next/terminated": done,
+                "next/truncated": np.zeros(10, bool), "next/done": done,
+            })  # fmt: skip
+    return np.concatenate([open_dataset(name).episode(i)["observation"] for i in range(3)])
+
+
+def test_float64_values_far_from_zero_are_normalized_in_float64(isolated_cache: Path) -> None:
+    # float32 statistics rounded a mean of 1.7e9 by up to 64: every normalized value was off by
+    # up to 64 standard deviations, and max came out below the values' own maximum
+    from rlds_cli.loader import MixtureLoader
+
+    stored = _far_from_zero("far", 1.7e9 + 37.0, seed=0)
+    mean, std = stored.mean(axis=0), stored.std(axis=0)
+    stats = NormalizationStats.from_dataset("far", of="self")
+    np.testing.assert_allclose(stats.mean["observation"], mean, rtol=0, atol=1e-6)
+    assert (stats.max["observation"] == stored.max(axis=0)).all()
+    expected = (stored - mean) / (std + 1e-6)
+    np.testing.assert_allclose(stats.normalize(stored), expected, atol=1e-6)
+    np.testing.assert_allclose(stats.denormalize(expected), stored, rtol=0, atol=1e-5)
+    assert stats.normalize(stored.astype(np.float32)).dtype == np.float32  # float32 stays float32
+
+    loader = Loader("far", 8, seed=1, transform=Normalize(stats="self"), keys=["observation"])
+    batch = loader.sample()
+    rows = stored[batch["index"].numpy()]
+    np.testing.assert_allclose(batch["observation"].numpy(), (rows - mean) / (std + 1e-6), atol=1e-6)
+
+    other = _far_from_zero("far-b", -3.3e9, seed=1)
+    mix = MixtureLoader(
+        {"a": "far", "b": "far-b"}, [0.5, 0.5], batch_size=64, keys=["observation"], pad=True, seed=2,
+        transforms={"a": Normalize(stats="self"), "b": Normalize(stats="self")},
+    )  # fmt: skip
+    batch = mix.sample()
+    for source, values in enumerate((stored, other)):
+        mine = (batch["source"] == source).numpy()
+        rows = values[batch["index"].numpy()[mine]]
+        own = (rows - values.mean(axis=0)) / (values.std(axis=0) + 1e-6)
+        np.testing.assert_allclose(batch["observation"].numpy()[mine], own, atol=1e-6)
