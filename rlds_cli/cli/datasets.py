@@ -464,7 +464,7 @@ def score(
 
     Example: rlds score hopper-medium-v2 1000 2500.5; rlds score pendulum -- -300
     """
-    from rlds_cli.inspection.summary import reference_scores
+    from rlds_cli.catalog.scores import reference_scores
 
     ref = reference_scores(name, root)
     bad = next((r for r in returns if not math.isfinite(r)), None)

@@ -23,6 +23,9 @@ Spaces (rules in ``docs/formats.md``, "Export to Minari"):
   Text leaves, stored as ``uint32`` code points, are written back as the UTF-8 strings minari
   stores for a Text space, and the reset seed of each episode as the episode's ``seed``
   attribute (as ``DataCollector`` writes it).
+* Reference scores (:func:`rlds_cli.catalog.scores.dataset_scores`: a Minari source's, a D4RL
+  id's from the registry) are written as ``ref_min_score``/``ref_max_score``, where Minari's
+  ``get_normalized_score`` reads them.
 * Images: when every image leaf (minari's ``is_image_space``) is a JPEG frame column of the
   dataset (``--frames keep`` of a minari source, or ``--frames jpeg``), each frame's stored bytes
   are written as minari writes its frames (one JPEG a row, a variable-length ``uint8`` dataset)
@@ -48,6 +51,7 @@ from rlds_cli.cache.episode_table import SEED_KEY, SEED_PRESENT_KEY
 from rlds_cli.cache.layout import VIEW_LAYOUT
 from rlds_cli.cache.manifest import FieldSpec, read_manifest
 from rlds_cli.cache.views import ViewSpec
+from rlds_cli.catalog.scores import dataset_scores
 from rlds_cli.errors import ExportError, RldsError, import_extra
 from rlds_cli.export import atomic_target, flat_keys, raw_bytes, refuse_unwritten, step_keys
 
@@ -319,6 +323,9 @@ def export_minari(
             # Minari checks this against the versions it can read: name the installed one
             "minari_version": str(minari.__version__),
         }
+        scores = dataset_scores(dataset)  # a Minari source's, a D4RL id's, a view's parent's
+        if scores is not None:
+            metadata["ref_min_score"], metadata["ref_max_score"] = scores.min, scores.max
         # the full gymnasium specs the dataset records (a Minari source's, or what a writer put in
         # the manifest's 'env'), so recover_environment() works; not a registry's bare D4RL id
         env = dataset.env_spec

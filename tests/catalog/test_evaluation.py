@@ -315,6 +315,20 @@ def test_normalized_score_of_a_minari_dataset_from_its_metadata(pendulum: rlds_c
     assert (ref.min, ref.max) == (-1500.0, -100.0) and "Minari metadata" in ref.origin
 
 
+def test_a_minari_export_keeps_the_reference_scores(
+    pendulum: rlds_cli.Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # they were dropped: minari's get_normalized_score of the export failed, rlds score too
+    out = tmp_path / "exported" / "pendulum-v0"
+    assert runner.invoke(app, ["export", "pendulum", str(out), "--to", "minari"]).exit_code == 0
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(out.parent))
+    loaded = minari.load_dataset("pendulum-v0")
+    assert minari.get_normalized_score(loaded, np.array([-300.0])) == pytest.approx([1200 / 1400])
+    convert(out, "pendulum-again")
+    ref = rlds_cli.reference_scores("pendulum-again")
+    assert (ref.min, ref.max) == (-1500.0, -100.0) and "Minari metadata" in ref.origin
+
+
 def test_unknown_reference_scores_are_a_clear_error(golden: rlds_cli.Dataset) -> None:
     with pytest.raises(NoReferenceScoresError, match="dataset 'golden' has no reference scores"):
         rlds_cli.normalized_score("golden", 1.0)

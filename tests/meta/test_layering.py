@@ -42,13 +42,14 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "remote": BOTTOM | {"cache", "frames", "write", "catalog", "net"},
     # download, conversion, verification against the sources
     "sources": BOTTOM | {"cache", "frames", "catalog", "formats", "net"},
-    # listing, summaries, scores, TED checks (which read source files with the readers), plots
+    # listing, summaries, TED checks (which read source files with the readers), plots
     "inspection": BOTTOM | {"cache", "frames", "catalog", "formats", "net"},
     # the read side's top: loader/opening.py opens any name (an alias, a URL read where it lies)
     "loader": BOTTOM | {"cache", "frames", "catalog", "remote"},
-    # export/lerobot.py commits an export to the Hub; the RLDS and LeRobot exporters write with the
+    # export/lerobot.py commits an export to the Hub; export/minari.py writes the reference scores
+    # (catalog/scores.py); the RLDS and LeRobot exporters write with the
     # readers' own rules (formats/tfrecord_io.py, formats/tfds_features.py, formats/lerobot/)
-    "export": BOTTOM | {"cache", "frames", "recording", "remote", "formats"},
+    "export": BOTTOM | {"cache", "frames", "catalog", "recording", "remote", "formats"},
     "preprocess": BOTTOM
     | {"cache", "frames", "remote", "loader"},  # loader/opening.py: inputs opened by any name
 }
