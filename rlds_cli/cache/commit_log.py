@@ -644,19 +644,21 @@ def segment_writer(path: Path) -> tuple[str, int] | None:
     return _segment_origin(path)[0]
 
 
-def _segment_origin(path: Path) -> tuple[tuple[str, int] | None, bool]:
-    """A segment's writer (:func:`segment_writer`) and whether the segment is a merge of others
-    (``source.writer.compacted``, written by a compaction)."""
+def _segment_origin(path: Path) -> tuple[tuple[str, int] | None, str | None, bool]:
+    """A segment's writer (:func:`segment_writer`), the writer instance within its process
+    (``source.writer.instance``; ``None`` before rlds wrote one) and whether the segment is a
+    merge of others (``source.writer.compacted``, written by a compaction)."""
     try:
         file = path / MANIFEST_FILE
         writer = manifest_json(file.read_bytes(), file)["source"]["writer"]
         merged = bool(writer.get("compacted"))
         host, pid = writer["host"], writer["pid"]
+        instance = writer.get("instance")
     except (OSError, KeyError, TypeError, AttributeError):  # CorruptDatasetError is an OSError
-        return None, False
+        return None, None, False
     if not isinstance(host, str) or not str(pid).isdigit():
-        return None, merged
-    return (host, int(pid)), merged
+        return None, None, merged
+    return (host, int(pid)), instance if isinstance(instance, str) else None, merged
 
 
 def writer_alive(path: Path) -> bool:
@@ -694,14 +696,15 @@ def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
             seg = b""
         if any(state.names(seg) for state in (latest, *views)):
             continue
-        writer, merged = _segment_origin(path)  # read once: whether it runs, whose, what it is
+        writer, instance, merged = _segment_origin(path)  # read once: runs? whose? what?
         if _running(writer):
             continue
         found.append(path)
         if merged:
             merges.append(path)
-        # a segment that does not say its writer counts as a writer of its own
-        writers[writer if writer is not None else path.name] += 1
+        # a segment that does not say its writer counts as a writer of its own; each writer of a
+        # process (several may share one) may leave one
+        writers[(*writer, instance) if writer is not None else path.name] += 1
     return found, _lost_records(latest, found, writers, merges)
 
 
@@ -718,10 +721,10 @@ def _lost_records(
         )
     writer, count = writers.most_common(1)[0]
     if count > 1:
-        host, pid = writer
+        host, pid, _ = writer
         return (
-            f"{COMMIT_LOG_FILE} does not name {count} segments written by process {pid} on "
-            f"{host}, and a writer leaves at most one (killed between a segment and its record)"
+            f"{COMMIT_LOG_FILE} does not name {count} segments written by one writer (process {pid} "
+            f"on {host}), and a writer leaves at most one (killed between a segment and its record)"
         )
     if state.records == 0 and len(paths) > 1:
         return f"{COMMIT_LOG_FILE} holds no record, and {len(paths)} segments are on disk"

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import secrets
 import shutil
 import socket
 import threading
@@ -115,8 +116,13 @@ log = logging.getLogger(__name__)
 
 
 def writer_identity() -> dict[str, Any]:
-    """What wrote a segment: host, process, rlds version (its manifest's ``source.writer``)."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "created_by": f"rlds-cli {__version__}"}
+    """What wrote a segment: host, process, the writer within it (``instance``: a process may
+    hold several writers, each of which a kill may leave one segment of), rlds version (its
+    manifest's ``source.writer``)."""
+    return {
+        "host": socket.gethostname(), "pid": os.getpid(), "instance": secrets.token_hex(8),
+        "created_by": f"rlds-cli {__version__}",
+    }  # fmt: skip
 
 
 def create_head(
