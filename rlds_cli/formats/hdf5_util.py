@@ -257,8 +257,9 @@ def unwritten_chunks(dataset: Any) -> tuple[int, int]:
 
 def _virtual_problem(dsid: Any, plist: Any) -> tuple[str | None, int]:
     """What is wrong with a virtual dataset (``None``: nothing), and the bytes its distinct sources
-    store. Only sources in its own file (``.``, as h5py writes; D4RL's CARLA files) are allowed; a
-    mapping repeating one small source or left mostly to the fill value counts as a bomb."""
+    store. Only sources in its own file (``.``, as h5py writes; D4RL's CARLA files) that are not
+    virtual themselves are allowed (a chain may map itself: HDF5 then recurses until the process
+    dies); a mapping repeating one small source or left mostly to the fill value counts as a bomb."""
     import h5py
     from h5py import h5d
 
@@ -275,8 +276,11 @@ def _virtual_problem(dsid: Any, plist: Any) -> tuple[str | None, int]:
             sid = h5d.open(fid, source)
         except (KeyError, ValueError):  # a missing source reads as the fill value: stores nothing
             continue
-        if sid.get_create_plist().get_layout() != h5d.VIRTUAL:  # a virtual source stores nothing
-            stored += int(sid.get_storage_size())
+        if sid.get_create_plist().get_layout() == h5d.VIRTUAL:
+            shown = _text(source)
+            what = "itself (a cycle)" if sid == dsid else f"{shown!r}, itself virtual (a chain may cycle)"
+            return f"is a virtual dataset mapping {what}", 0
+        stored += int(sid.get_storage_size())
     return None, stored
 
 

@@ -151,6 +151,22 @@ def _virtual_bomb(f: h5py.File) -> None:
     f.create_virtual_dataset("observations", layout, fillvalue=0)
 
 
+def _virtual_of(f: h5py.File, sources: dict[str, str]) -> None:
+    """Each dataset ``name`` of ``sources`` (made a copy of its source when missing) made a
+    same-file virtual dataset of ``sources[name]``."""
+    for name in sources:
+        if name not in f:
+            f[name] = f[sources[name]][()]
+    shapes = {name: (f[name].shape, f[name].dtype) for name in sources}
+    for name in sources:
+        del f[name]
+    for name, source in sources.items():
+        shape, dtype = shapes[name]
+        layout = h5py.VirtualLayout(shape=shape, dtype=dtype)
+        layout[:] = h5py.VirtualSource(".", source, shape=shape, dtype=dtype)
+        f.create_virtual_dataset(name, layout, fillvalue=0)
+
+
 def _sparse(f: h5py.Group, name: str, rows: int, row: tuple[int, ...] = (1024,)) -> None:
     """A chunked dataset of ``rows`` rows whose chunks were never written (all fill value)."""
     f.create_dataset(name, shape=(rows, *row), dtype="f4", chunks=(64, *row))
@@ -332,6 +348,16 @@ def _cases() -> dict[str, Callable[[Path], Case]]:
             _roboset(t, lambda g: _replace_with(g, "observations", how, t)), _UNSAFE
         )
     c["d4rl-virtual-mostly-fill"] = lambda t: Case(_d4rl(t / "d.hdf5", _virtual_bomb), _BOMB)
+    # HDF5 follows a mapping of itself until the process dies (SIGSEGV, no line at all)
+    c["d4rl-virtual-maps-itself"] = lambda t: Case(
+        _d4rl(t / "d.hdf5", lambda f: _virtual_of(f, {"observations": "observations"})),
+        "'observations' is a virtual dataset mapping itself (a cycle)",
+    )
+    c["d4rl-virtual-chain"] = lambda t: Case(
+        _d4rl(t / "d.hdf5", lambda f: _virtual_of(f, {"observations": "next_observations",
+                                                      "next_observations": "observations"})),
+        "is a virtual dataset mapping 'observations', itself virtual (a chain may cycle)",
+    )  # fmt: skip
     c["d4rl-hard-link-cycle"] = lambda t: Case(
         _d4rl(t / "d.hdf5", lambda f: f.create_group("infos").__setitem__("loop", f["infos"])),
         "(linked twice: a cycle?)",
