@@ -389,11 +389,17 @@ def _pipeline(dataset: Any) -> tuple[int, ...]:
 
 def inflatable(dataset: Any) -> bool:
     """Whether :class:`ChunkRows` reads ``dataset`` (an ``h5py.Dataset``) exactly: chunked, deflate as
-    its only filter or byte shuffle then deflate, a fixed-size numeric dtype, not virtual."""
+    its only filter or byte shuffle then deflate, a fixed-size numeric dtype, not virtual, and
+    stored as that numpy type's own bytes (HDF5 converts others on read: a 24-bit precision
+    integer, a bfloat16, whose bytes viewed as numpy's type are other numbers)."""
+    from h5py import h5t
+
     try:
         if dataset.chunks is None or dataset.is_virtual or dataset.dtype.kind not in INFLATABLE_KINDS:
             return False
         if dataset.dtype.fields is not None or dataset.dtype.subdtype is not None or not dataset.shape:
+            return False
+        if not dataset.id.get_type().equal(h5t.py_create(dataset.dtype)):
             return False
         return _pipeline(dataset) in INFLATABLE_PIPELINES
     except (AttributeError, OSError, RuntimeError, ValueError):  # not an h5py dataset: the .npz facade

@@ -75,6 +75,43 @@ def test_only_deflate_with_or_without_shuffle_is_inflated(tmp_path: Path) -> Non
     assert not inflatable(np.zeros(3))  # an .npz member
 
 
+@pytest.mark.parametrize("stored", ["24-bit int32", "bfloat16"])
+def test_a_type_numpy_does_not_store_as_is_is_left_to_h5py(tmp_path: Path, stored: str) -> None:
+    """HDF5 converts a reduced-precision integer or a bfloat16 on read; their bytes viewed as the
+    numpy type h5py reports are other numbers (-1 was stored as 16777215, exit 0)."""
+    path = tmp_path / "f.hdf5"
+    values = np.array([-1, -2, 5, -100000, 7, 0, 3, -8, 9, -11], np.int32)
+    write_d4rl(
+        path,
+        observations=np.zeros((10, 2), np.float32),
+        actions=np.zeros((10, 1), np.float32),
+        rewards=np.zeros(10, np.float32),
+        terminals=np.arange(10) == 9,
+        timeouts=np.zeros(10, bool),
+    )
+    with h5py.File(path, "a") as f:
+        if stored == "bfloat16":
+            kind = h5py.h5t.IEEE_F32LE.copy()  # bfloat16: float32's sign and exponent, 7 mantissa bits
+            kind.set_fields(15, 7, 8, 0, 7)
+            kind.set_size(2)
+            kind.set_ebias(127)
+            values = values.astype(np.float32) / 4
+        else:
+            kind = h5py.h5t.STD_I32LE.copy()
+            kind.set_precision(24)
+        plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        plist.set_chunk((4,))
+        plist.set_deflate(4)
+        column = h5py.Dataset(h5py.h5d.create(f.create_group("infos").id, b"odd", kind,
+                                              h5py.h5s.create_simple((10,)), dcpl=plist))  # fmt: skip
+        column[...] = values
+        assert not inflatable(column)
+        expected = column[()]  # HDF5's conversion (bfloat16 rounds -25000 to -24960)
+        np.testing.assert_allclose(expected, values, rtol=1e-2)
+    convert(path, "odd")
+    np.testing.assert_array_equal(np.asarray(open_dataset("odd")[:]["info/odd"]).reshape(-1), expected)
+
+
 def test_an_unwritten_chunk_is_left_to_h5py(tmp_path: Path) -> None:
     """A chunk never written holds the fill value: ChunkRows refuses it, and the D4RL reader
     reads it through h5py."""
