@@ -23,7 +23,7 @@ import functools
 import itertools
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -510,6 +510,14 @@ class ChunkRows:
             os.close(fd)
         self._files.clear()
         self._layouts.clear()
+
+    def forget(self, datasets: Iterable[Any]) -> None:
+        """Drop what is held for ``datasets`` (their chunk index and decoded chunks): a reader that
+        moves on to other datasets (robomimic's next demo) keeps memory bounded."""
+        for dataset in datasets:
+            layout = self._layouts.pop(id(dataset), None)
+            for pending in layout.ahead.values() if layout is not None else ():
+                pending.job.cancel()
 
     def prefetch(self, dataset: Any, start: int, stop: int) -> None:
         """Begin inflating the chunks that rows ``start:stop`` of ``dataset`` need, for the following

@@ -568,6 +568,7 @@ class RobomimicReader(Reader):
                 yield from packer.add(self._piece(demo, nodes, a, b))
                 if progress is not None:
                     progress(b - a)
+            self._chunk_rows.forget(nodes.values())  # each demo has datasets of its own
         yield from packer.finish()
         self.report.notes += list(dict.fromkeys(self._notes)) + self._file_meta.notes + self._meta.notes()
         if self.report.dropped_episodes:

@@ -227,7 +227,7 @@ class NormalizationStats:
         statistics would round a mean of 1.7e9 by up to 64), else float32, so float32 and uint8
         values give float32 results."""
         k = self._key(key)
-        wide = np.result_type(np.dtype(dtype), np.float32) == np.float64
+        wide = np.result_type(_numpy_dtype(dtype), np.float32) == np.float64
         kind = np.dtype(np.float64 if wide else np.float32)
         std = self.std[k].astype(kind) + np.asarray(self.eps, kind)
         return self.mean[k].astype(kind), std.astype(kind)
@@ -300,6 +300,18 @@ class NormalizationStats:
             raise
         except (OSError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{source} is not normalization statistics saved by rlds: {exc}") from exc
+
+
+def _numpy_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` as numpy's: a numpy dtype, or a torch one (a batch on the device) by its name;
+    float32 for a torch type numpy has none of (bfloat16)."""
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        try:
+            return np.dtype(str(dtype).removeprefix("torch."))
+        except TypeError:
+            return np.dtype(np.float32)
 
 
 def _get(entry: Any, name: str) -> Any:

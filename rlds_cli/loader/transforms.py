@@ -84,7 +84,7 @@ class Normalize:
         self.eps = checked_eps(eps)
         self.statistics: NormalizationStats | None = None
         self.stats: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
-        self._pairs: dict[tuple[str, np.dtype], tuple[np.ndarray, np.ndarray]] = {}
+        self._pairs: dict[tuple[Any, ...], tuple[Any, Any]] = {}
         self.source = ""
         #: The dataset the statistics were computed from (after binding; ``None`` when given).
         self.origin: Dataset | None = None
@@ -124,7 +124,7 @@ class Normalize:
         """``(mean, std + eps)`` by which values of ``dtype`` under ``key`` (one of :attr:`keys`)
         are normalized: :meth:`NormalizationStats.pair`."""
         assert self.statistics is not None
-        at = (key, np.dtype(dtype))
+        at = (key, dtype)
         found = self._pairs.get(at)
         if found is None:
             found = self._pairs[at] = self.statistics.pair(key, dtype)
@@ -177,9 +177,25 @@ class Normalize:
         for key in self.stats:
             for name in twins(key, self.stats):
                 if name in batch:
-                    mean, std = self.pair(key, batch[name].dtype)
-                    batch[name] = (batch[name] - mean) / std
+                    value = batch[name]
+                    mean, std = self.pair(key, value.dtype)
+                    if not isinstance(value, np.ndarray):  # a torch tensor (in_memory="device")
+                        mean, std = self._on_device(key, value, mean, std)
+                    batch[name] = (value - mean) / std
         return batch
+
+    def _on_device(self, key: str, value: Any, mean: np.ndarray, std: np.ndarray) -> tuple[Any, Any]:
+        """``mean`` and ``std`` as tensors on ``value``'s device, made once per key, dtype, device."""
+        import torch
+
+        at = (key, value.dtype, str(value.device))
+        found = self._pairs.get(at)
+        if found is None:
+            found = self._pairs[at] = (
+                torch.as_tensor(mean, device=value.device),
+                torch.as_tensor(std, device=value.device),
+            )
+        return found
 
 
 class NStepReturn:

@@ -186,10 +186,12 @@ def test_float64_values_far_from_zero_are_normalized_in_float64(isolated_cache: 
     np.testing.assert_allclose(stats.denormalize(expected), stored, rtol=0, atol=1e-5)
     assert stats.normalize(stored.astype(np.float32)).dtype == np.float32  # float32 stays float32
 
-    loader = Loader("far", 8, seed=1, transform=Normalize(stats="self"), keys=["observation"])
-    batch = loader.sample()
-    rows = stored[batch["index"].numpy()]
-    np.testing.assert_allclose(batch["observation"].numpy(), (rows - mean) / (std + 1e-6), atol=1e-6)
+    for memory in (False, "device"):  # "device": the batch is torch's when Normalize sees it
+        loader = Loader("far", 8, seed=1, transform=Normalize(stats="self"), keys=["observation"],
+                        in_memory=memory, device="cpu")  # fmt: skip
+        batch = loader.sample()
+        rows = stored[batch["index"].numpy()]
+        np.testing.assert_allclose(batch["observation"].numpy(), (rows - mean) / (std + 1e-6), atol=1e-6)
 
     other = _far_from_zero("far-b", -3.3e9, seed=1)
     mix = MixtureLoader(
