@@ -14,9 +14,11 @@ The rules (written out in ``docs/formats.md``, "Export to LeRobot"):
   ``next.reward``, ``next.done`` and ``next.success`` (TED's ``next/terminated``, which the LeRobot
   reader reads back as terminated), ``info/<name>`` as ``<name>``, and the bookkeeping columns
   ``timestamp`` (``frame_index / fps``), ``frame_index``, ``episode_index``, ``index``,
-  ``task_index``. LeRobot keeps no observation after an episode's last row, so the final
+  ``task_index`` (an ``info/<name>`` they would replace is refused, unless every row came from
+  LeRobot). LeRobot keeps no observation after an episode's last row, so the final
   observations are not written.
-* ``uint8`` observations of 3 dimensions with 3 channels (HWC, or CHW) are cameras: encoded with
+* ``uint8`` observations of 3 dimensions with 3 channels (HWC, or CHW) and both sides at least 32
+  pixels are cameras (smaller grids are data): encoded with
   PyAV into one AV1 mp4 per key (libsvtav1, ``yuv420p``, CRF 30, a keyframe every 2 frames as in the
   fixture lerobot wrote, and at every episode start), episodes back to back, each episode's span in
   the episodes table. AV1 is lossy: frames come back close, not equal.

@@ -20,9 +20,11 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.card import dataset_card, dataset_fps
+from rlds_cli.cache.composed import ComposedDataset
 from rlds_cli.cache.dataset import Dataset, Instructions
 from rlds_cli.errors import ExportError, import_extra
 from rlds_cli.export import flat_keys, refuse_complex, step_keys
+from rlds_cli.frames.codecs import MIN_SIDE
 
 DEFAULT_FPS = 30
 CHUNKS_SIZE = 1000
@@ -47,14 +49,18 @@ def feature_name(key: str) -> str:
 
 
 def camera_layout(shape: tuple[int, ...], dtype: np.dtype) -> str | None:
-    """``"HWC"``/``"CHW"`` for a uint8 RGB image per step, else ``None`` (a parquet column)."""
+    """``"HWC"``/``"CHW"`` for a uint8 RGB image per step with both sides at least
+    :data:`~rlds_cli.frames.codecs.MIN_SIDE` (the frames rule: smaller grids, MiniGrid's, are
+    data, which AV1 would change), else ``None`` (a parquet column, exact)."""
     if np.dtype(dtype) != np.uint8 or len(shape) != 3:
         return None
     if shape[-1] == 3:
-        return "HWC"
-    if shape[0] == 3:
-        return "CHW"
-    return None
+        layout, sides = "HWC", shape[:2]
+    elif shape[0] == 3:
+        layout, sides = "CHW", shape[1:]
+    else:
+        return None
+    return layout if min(sides) >= MIN_SIDE else None
 
 
 #: Statistics of values that are not finite are NaN or infinite, as lerobot's own: no warning.
@@ -221,16 +227,16 @@ def plan_export(dataset: Dataset) -> LeRobotPlan:
     cameras = {k: camera_layout(fields[k].shape, np.dtype(fields[k].dtype)) for k in flat_keys(dataset)}
     names = {k: feature_name(k) for k in flat_keys(dataset)}
     task_column = instructions.step_key if instructions is not None else None
-    extra = [
-        k
-        for k in step_keys(dataset)
-        if k.removeprefix("info/") not in (*BOOKKEEPING, "next.success") and k != task_column
-    ]
+    # a LeRobot source's bookkeeping is written anew (a trim renumbers it); anyone else's
+    # info/timestamp (wall-clock time) or info/index is data, which those columns would replace
+    regenerated = (*BOOKKEEPING, "next.success") if _from_lerobot(dataset) else ()
+    extra = [k for k in step_keys(dataset) if k.removeprefix("info/") not in regenerated and k != task_column]
     # a dataset converted from LeRobot keeps the source's own success flags: write those back
-    success_key = "info/next.success" if "info/next.success" in fields else None
+    success_key = "info/next.success" if regenerated and "info/next.success" in fields else None
     extra_names = {k: k.removeprefix("info/").replace("/", ".") for k in extra}
     taken = list(names.values()) + list(extra_names.values())
-    clashes = sorted({n for n in taken if taken.count(n) > 1} | set(taken) & set(LEROBOT_OWN))
+    own = {*LEROBOT_OWN, *BOOKKEEPING}
+    clashes = sorted({n for n in taken if taken.count(n) > 1} | set(taken) & own)
     if clashes:
         keys = sorted(k for k, n in {**names, **extra_names}.items() if n in clashes)
         raise ExportError(
@@ -245,6 +251,13 @@ def plan_export(dataset: Dataset) -> LeRobotPlan:
     return LeRobotPlan(
         fps, tasks, robot_type, names, cameras, extra_names, success_key, instructions, task_numbers, features
     )
+
+
+def _from_lerobot(dataset: Dataset) -> bool:
+    """Whether every row of ``dataset`` was converted from LeRobot (each part of a merge)."""
+    if isinstance(dataset, ComposedDataset):
+        return all(_from_lerobot(part) for part in dataset.segment_datasets())
+    return isinstance(dataset.source_metadata.get("lerobot"), dict)
 
 
 def episode_columns(dataset: Dataset, plan: LeRobotPlan, e: int) -> dict[str, np.ndarray]:

@@ -272,3 +272,44 @@ def test_statistics_of_values_that_are_not_finite_are_nan_without_a_warning() ->
             total.add({f"stats/x/{w}": as_list(v) for w, v in feature_stats(values).items()})
         got = total.result()["x"]
     assert np.isnan(got["std"][0]) and got["max"][0] == np.inf and got["min"][0] == 1.0
+
+
+def _recorded(name: str, **extra: np.ndarray) -> Any:
+    """A dataset written with DatasetWriter: two episodes of 6 steps, a 7x7x3 uint8 grid as the
+    observation (MiniGrid's: object, colour and state indices) and ``extra`` step keys."""
+    from rlds_cli import DatasetWriter
+
+    rng = np.random.default_rng(0)
+    with DatasetWriter(name) as writer:
+        for _ in range(2):
+            grid = rng.integers(0, 11, (7, 7, 7, 3), dtype=np.uint8)
+            done = np.arange(6) == 5
+            writer.add_episode({
+                "observation": grid[:-1], "next/observation": grid[1:],
+                "action": np.zeros((6, 1), np.float32), "next/reward": np.zeros(6, np.float32),
+                "next/terminated": done, "next/truncated": np.zeros(6, bool), "next/done": done, **extra,
+            })  # fmt: skip
+    return open_dataset(name)
+
+
+def test_a_small_uint8_grid_is_data_not_a_camera(isolated_cache: Path, tmp_path: Path) -> None:
+    # a 7x7x3 grid of indices was AV1-encoded as a video: 82% of its cells came back changed
+    ds = _recorded("grid")
+    out = export_dataset(ds, tmp_path / "grid-lerobot", "lerobot")
+    assert not (out / "videos").exists()
+    convert(out, "grid-back")
+    back = open_dataset("grid-back")
+    for e in range(2):
+        # a plain observation is named observation.state, as LeRobot names a state
+        np.testing.assert_array_equal(back.episode(e)["observation/state"], ds.episode(e)["observation"])
+
+
+@pytest.mark.parametrize("name", ["timestamp", "index", "frame_index", "next.success"])
+def test_info_keys_named_like_lerobots_own_columns_are_refused(
+    isolated_cache: Path, tmp_path: Path, name: str
+) -> None:
+    # a recorded wall-clock info/timestamp was replaced by frame_index / fps without a word
+    ds = _recorded("clash", **{f"info/{name}": 1.7e9 + np.arange(6, dtype=np.float64)})
+    with pytest.raises(ExportError, match=f"'info/{name}' map to the LeRobot feature name.*'{name}'"):
+        export_dataset(ds, tmp_path / "clash-lerobot", "lerobot")
+    assert not (tmp_path / "clash-lerobot").exists()
