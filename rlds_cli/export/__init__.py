@@ -238,10 +238,11 @@ _DISK_HINT = "free space there, or export to another disk"
 
 
 @contextmanager
-def atomic_target(out: Path, *, overwrite: bool, need: int = 0) -> Iterator[Path]:
+def atomic_target(out: Path, *, overwrite: bool, need: int = 0, file: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside ``out`` (a file or a folder); on success it replaces ``out``.
     ``out`` may not be the current folder, a folder holding it, or the home folder
-    (:func:`_refuse_replacing_cwd`).
+    (:func:`_refuse_replacing_cwd`); an export that is one ``file`` never replaces a folder (with
+    ``--force`` it removed a folder of the user's files).
 
     Raises:
         DiskFullError: The disk has not ``need`` bytes free (checked first: HDF5 meeting a full disk
@@ -251,6 +252,11 @@ def atomic_target(out: Path, *, overwrite: bool, need: int = 0) -> Iterator[Path
     _refuse_link(out)
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists", hint="pass --force to replace it, or pick another path")
+    if file and out.is_dir():
+        raise ExportError(
+            f"{out} is a folder, and this export is one file: --force replaces an earlier export, "
+            "never a folder", hint=f"name the file to write, e.g. {out / 'NAME'}",
+        )  # fmt: skip
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):  # a file where a folder of the path should be

@@ -386,6 +386,20 @@ def test_the_current_folder_and_its_parents_are_never_replaced(
     assert sorted(p.name for p in (tmp_path / "project").iterdir()) == ["other.txt", "work"]
 
 
+@pytest.mark.parametrize("to", ["npz", "d4rl", "robomimic"])
+def test_a_file_export_never_replaces_a_folder(to: str, golden: Dataset, tmp_path: Path) -> None:
+    """``rlds export NAME exports/ --to d4rl --force`` removed the folder ``exports`` and every file
+    in it, and wrote one HDF5 file in its place."""
+    folder = tmp_path / "exports"
+    (folder / "run1").mkdir(parents=True)
+    (folder / "results.csv").write_text("keep")
+    result = runner.invoke(app, ["export", golden.name, f"{folder}/", "--to", to, "--force"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"error: {folder} is a folder, and this export is one file")
+    assert (folder / "results.csv").read_text() == "keep" and (folder / "run1").is_dir()
+    assert runner.invoke(app, ["export", golden.name, str(folder / "g.out"), "--to", to]).exit_code == 0
+
+
 def test_a_dict_action_is_refused_by_the_formats_of_one_action_array(tmp_path: Path) -> None:
     """``action/<k>`` keys (a dict action space) gave 'unexpected KeyError' in d4rl, npz, robomimic
     and amago, and a torchrl export that rlds could not read back."""
