@@ -52,7 +52,8 @@ class Fault:
     ``bad_length`` (announce ``extra`` bytes more than sent, then close), ``slow`` (wait
     ``delay`` seconds before the body), ``wrong_range`` (answer 206 for bytes starting ``shift``
     before the asked one, or at ``shift`` for a request without Range), ``ignore_if_range``
-    (honour Range even when If-Range no longer matches: a buggy server), ``pause`` (send
+    (honour Range even when If-Range no longer matches: a buggy server), ``bare_206`` (the same,
+    and the 206 carries no ETag or Last-Modified, against RFC 9110 15.3.7), ``pause`` (send
     ``after`` body bytes, then the rest once ``wait`` is set: the download is surely under way
     and surely unfinished until the test says so), ``headers`` (the usual answer with ``headers``
     added, e.g. a ``Content-Encoding`` the client did not ask for), ``short_range`` (answer a
@@ -197,7 +198,7 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
                 (current is not None and (if_range != current or current.startswith("W/")))
                 or (current is None and if_range != validators.get("Last-Modified"))
             )
-            if stale and fault and fault.kind == "ignore_if_range":
+            if stale and fault and fault.kind in ("ignore_if_range", "bare_206"):
                 stale = False
             if fault and fault.kind == "wrong_range":
                 start = max(0, int(m.group(1)) - fault.shift) if m else fault.shift
@@ -211,6 +212,8 @@ def _handler(server: FaultServer) -> type[BaseHTTPRequestHandler]:
                     )
                 status = 206
                 headers["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"
+                if fault and fault.kind == "bare_206":
+                    headers = {k: v for k, v in headers.items() if k not in ("ETag", "Last-Modified")}
                 if fault and fault.kind == "short_range":
                     body = body[: start + fault.after]
                     headers["Content-Range"] = f"bytes {start}-{len(body) - 1}/*"

@@ -417,8 +417,9 @@ def _get(
             m = _CONTENT_RANGE.match(header)
             start, end = (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
             total = None if not m or m.group(3) == "*" else int(m.group(3))
+            same = info is None or (info.proves_same(resp) if have else info.matches(resp))
             changed = info is not None and (
-                not info.matches(resp) or (info.size is not None and total is not None and total != info.size)
+                not same or (info.size is not None and total is not None and total != info.size)
             )
             if start != have or end < start or (total is not None and end >= total) or changed:
                 if not have:

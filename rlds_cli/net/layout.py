@@ -394,6 +394,18 @@ class PartInfo:
         date = modified if _strong_date(modified, resp.headers.get("Date")) else None
         return cls(url, strong, date, size, boot_id(), 0 if settings.fsync_enabled() else None)
 
+    def proves_same(self, resp: Any) -> bool:
+        """Whether a 206 answering a resume carries the recorded validator (the ETag, else the
+        Last-Modified date), so its bytes continue the same version. RFC 9110 (15.3.7) has a 206
+        send what a 200 would; one without proves nothing (a server that ignores ``If-Range`` sent
+        a replaced file's bytes, spliced onto the old ones). With no validator recorded: as
+        :meth:`matches`."""
+        if self.etag:
+            return (resp.headers.get("ETag") or "").strip() == self.etag
+        if self.last_modified:
+            return (resp.headers.get("Last-Modified") or "").strip() == self.last_modified
+        return self.matches(resp)
+
     def matches(self, resp: Any) -> bool:
         """Whether a response's validators, where it sends them, are the recorded ones."""
         etag = (resp.headers.get("ETag") or "").strip()

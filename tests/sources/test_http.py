@@ -335,6 +335,24 @@ def test_a_416_for_a_file_shorter_than_first_announced_restarts(
     assert result.path.read_bytes() == half
 
 
+def test_a_206_without_the_recorded_validator_restarts(
+    server: FaultServer, tmp_path: Path, config: HttpConfig
+) -> None:
+    """A server that ignores If-Range and sends no ETag with its 206 answered the resume of a
+    replaced file with the new version's bytes: they were spliced onto the old ones, converted and
+    pinned as the file's hash."""
+    write_part(server, tmp_path, DATA[: len(DATA) // 2])  # the ETag of DATA recorded
+    replaced = bytes(255 - b for b in DATA)  # the same length, other bytes
+    server.files[PATH] = replaced
+    server.add_faults(PATH, Fault("bare_206"))
+    result, _ = fetch(server, tmp_path, config)
+    assert [(r.range, r.status) for r in server.requests_for(PATH)] == [
+        (f"bytes={len(DATA) // 2}-", 206),
+        (None, 200),  # started over
+    ]
+    assert result.path.read_bytes() == replaced
+
+
 def test_part_longer_than_file_restarts(server: FaultServer, tmp_path: Path, config: HttpConfig) -> None:
     write_part(server, tmp_path, DATA + b"junk")
     result, _ = fetch(server, tmp_path, config)
