@@ -419,7 +419,8 @@ class MixtureSource:
         """:meth:`gather` source by source, then padded into the batch."""
         parts = [(i, rows, self._part(i, local[rows])) for i, rows in self._groups(source)]
         # each part is written into the batch's arrays (cast there with float_dtype): one copy
-        batch = self.schema.assemble(parts, size, source, self._in_batch)
+        direct = self._direct.plans if self._direct is not None else ()
+        batch = self.schema.assemble(parts, size, source, self._in_batch, elsewhere=direct)
         if self._direct is not None:
             self._direct.fill(batch, [(i, rows, local[rows]) for i, rows, _ in parts], size)
         if not self._per_part:  # written here, once, not gathered per source

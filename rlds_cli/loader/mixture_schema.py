@@ -45,7 +45,7 @@ source's rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -186,6 +186,7 @@ class PadSchema:
         size: int,
         source: np.ndarray,
         batch_dtype: Callable[[str, np.dtype], np.dtype],
+        elsewhere: Collection[str] = (),
     ) -> TedBatch:
         """One batch of ``size`` rows from the sources' parts.
 
@@ -195,6 +196,8 @@ class PadSchema:
             size: Rows in the batch.
             source: The source of each row of the batch (int64, ``size``).
             batch_dtype: ``(key, dtype) -> dtype`` in the batch (``float_dtype``'s cast).
+            elsewhere: Keys of the schema the parts do not hold, which the caller adds (frames
+                read straight into the batch, :class:`~rlds_cli.loader.mixture_gather.DirectKeys`).
         """
         # plain dicts: TedBatch's lookups join tuple keys, a per-key-and-part cost
         plain: list[tuple[Any, dict[str, Any]]] = [
@@ -206,7 +209,7 @@ class PadSchema:
         for _, part in plain[1:]:
             order += [k for k in part if k not in plain[0][1] and k not in order]
         # and every key of the schema, whichever sources this batch holds
-        order += [k for k in self.keys if k not in order]
+        order += [k for k in self.keys if k not in order and k not in elsewhere]
         out = TedBatch()
         for key in order:
             have = [(rows, part[key]) for rows, part in plain if key in part]

@@ -349,6 +349,45 @@ def test_large_keys_read_straight_into_the_batch(tmp_path: Path) -> None:
             np.testing.assert_array_equal(batch["next/observation"].numpy()[rows], want["next/observation"])
 
 
+@pytest.mark.parametrize("per_source", ["float_dtype", "windows", "refresh"])
+def test_large_keys_are_read_straight_in_where_the_rest_is_read_per_source(
+    tmp_path: Path, per_source: str
+) -> None:
+    """Frames are read straight into the batch; the other keys were expected to hold them wherever
+    the mixture read source by source (a float_dtype cast, windows, a refresh that grew a source):
+    'key 'frame' ... is missing from what the transforms of [...] give'."""
+    import rlds_cli
+
+    a = write_robot(tmp_path, "cam-a", 7, 8, [20, 15], 8, extra={"frame": 300})
+    write_robot(tmp_path, "cam-b", 14, 8, [25], 9, extra={"frame": 300})
+    keys = ["frame", "action"]
+    options: dict[str, object] = {
+        "float_dtype": {"float_dtype": torch.float64},
+        "windows": {"windows": {"frame": [-1, 0]}},
+    }.get(per_source, {})
+    mix = MixtureLoader({"a": "cam-a", "b": "cam-b"}, [1, 1], batch_size=32, keys=keys, pad=True, seed=0,
+                        root=tmp_path, refresh=1 if per_source == "refresh" else None, **options)  # fmt: skip
+    if per_source == "refresh":
+        mix.sample()
+        with rlds_cli.DatasetWriter("cam-a", root=tmp_path, mode="append") as w:
+            cut = {k: v[:5] for k, v in a.episode(0).items()}
+            cut["next/terminated"] = cut["next/done"] = np.arange(5) == 4
+            w.add_episode(cut)
+    elif per_source == "float_dtype":
+        assert mix.source._packed is None
+    for _ in range(2):
+        batch = mix.sample()
+        src, idx = batch["source"].numpy(), batch["index"].numpy()
+        for i, name in enumerate(("cam-a", "cam-b")):
+            ds = rlds_cli.open_dataset(name, root=tmp_path)
+            rows = src == i
+            frames = batch["frame"].numpy()[rows]
+            want = ds.gather(idx[rows], ["frame"])["frame"]
+            np.testing.assert_array_equal(frames[:, -1] if per_source == "windows" else frames, want)
+    if per_source == "refresh":
+        assert mix.source._packed is None
+
+
 def test_a_transform_that_changes_a_padded_width_gets_its_own_mask(robots: dict[str, Dataset]) -> None:
     """franka's transform makes its 7-dim action 10 wide (euler -> rot6d, say): the mask kept the
     stored 7 (real values marked padding); a width past the batch's, another rank, or a transform
