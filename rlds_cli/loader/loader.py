@@ -599,10 +599,33 @@ class Loader:
             raise TypeError("an endless Loader (epochs=None) has no length; pass epochs= or num_batches=")
         return self.epochs * self._batches_per_epoch
 
-    def update_priority(self, indices: Any, priority: Any) -> None:
-        """Forward new priorities to a prioritized sampler (safe while prefetching)."""
+    def update_priority(self, indices: Any, priority: Any, source: Any = None) -> None:
+        """Forward new priorities to a prioritized sampler (safe while prefetching).
+
+        Over a :class:`~rlds_cli.loader.MixtureSource` a batch's ``index`` is each row's step in
+        its own source: pass the batch's ``source`` too (``update_priority(batch["index"], td,
+        source=batch["source"])``); the rows' positions in the mixture are found from both.
+        """
         if not self._prioritized:
             raise ValueError(f"the sampler {type(self.sampler).__name__} has no priorities")
+        offsets = getattr(self.source, "offsets", None)  # a MixtureSource's: where each source starts
+        if offsets is not None:
+            if source is None:
+                raise ValueError(
+                    "update_priority over a mixture: a batch's index is each row's step in its own "
+                    "source; pass source=batch['source'] too, so the right rows get the priorities"
+                )
+            local, which = (np.asarray(_cpu(v)) for v in (indices, source))
+            if local.shape != which.shape or which.dtype.kind not in "iu" or local.dtype.kind not in "iu":
+                raise ValueError(
+                    f"update_priority: indices {local.shape} {local.dtype} and source {which.shape} "
+                    f"{which.dtype} must be integer arrays of one shape (the batch's index and source)"
+                )
+            if which.size and (which.min() < 0 or which.max() >= len(offsets) - 1):
+                raise ValueError(f"update_priority: source holds values outside 0..{len(offsets) - 2}")
+            indices = offsets[which] + local
+        elif source is not None:
+            raise ValueError("update_priority: source= is for a loader over a MixtureSource")
         with self._lock:
             cast(Prioritized, self.sampler).update_priority(indices, priority)
 
@@ -793,3 +816,9 @@ class Refresher:
         change = ViewChange(self._ids, self._lengths, ds.episode_ids, ds.episode_index["length"])
         self._ids, self._lengths = ds.episode_ids, ds.episode_index["length"]
         loader._follow(ds, change)
+
+
+def _cpu(value: Any) -> Any:
+    """A torch tensor as a CPU one without gradient (numpy reads it); anything else as it is."""
+    detach = getattr(value, "detach", None)
+    return detach().cpu() if detach is not None else value

@@ -301,8 +301,22 @@ class PrioritizedSliceSampler(PrioritizedSampler):
         return draw
 
     def update_priority(self, indices: Any, priority: Any) -> None:
-        """Per-step priorities; padded positions (repeated last steps) may be passed as is."""
-        super().update_priority(indices, priority)
+        """Per-step priorities; padded positions (repeated steps) may be passed as is: a step given
+        several priorities in one call (a padding's repeat, overlapping slices) keeps the largest in
+        magnitude (the last one won: a masked loss's 0 at the padding replaced the real step's)."""
+        given, raw = _as_numpy(indices), _as_numpy(priority)
+        if given.size and given.dtype.kind in "iu":
+            try:
+                raw = np.broadcast_to(raw, given.shape)
+            except ValueError:
+                pass  # refused, named, by the base class
+            else:
+                steps, where = np.unique(given.reshape(-1), return_inverse=True)
+                if steps.size < given.size:
+                    largest = np.full(steps.size, -np.inf)  # by magnitude: TD errors are signed
+                    np.maximum.at(largest, where, np.abs(raw.reshape(-1), dtype=np.float64))
+                    given, raw = steps, largest
+        super().update_priority(given, raw)
         if self._slices.skipped_episodes:  # keep skipped episodes impossible to draw
             idx = _as_numpy(indices).astype(np.int64).ravel()
             e = self._slices.episodes.episode_of(idx)

@@ -614,3 +614,23 @@ def test_a_normalize_of_a_key_its_source_lacks_names_the_source(robots: dict[str
             pad=True,
             transforms={"franka": Normalize(keys=["nope"])},
         )
+
+
+def test_priorities_over_a_mixture_land_on_the_rows_drawn(robots: dict[str, Dataset]) -> None:
+    """A batch's index is each row's step in its own source: update_priority(batch['index']) put
+    every other source's priorities on the first source's same-numbered steps."""
+    source = MixtureSource(robots, keys=["action"], pad=True)
+    loader = Loader(source, 64, sampler="prioritized", seed=0, alpha=1.0, eps=0.0)
+    batch = loader.sample()
+    with pytest.raises(ValueError, match="pass source=batch\\['source'\\] too"):
+        loader.update_priority(batch["index"], 50.0)
+    loader.update_priority(batch["index"], torch.full((64,), 50.0), source=batch["source"])
+    drawn = source.offsets[batch["source"].numpy()] + batch["index"].numpy()
+    priorities = loader.sampler.priorities  # type: ignore[attr-defined]
+    assert (priorities[drawn] == 50.0).all()
+    assert (np.delete(priorities, drawn) == 1.0).all()
+    with pytest.raises(ValueError, match=r"source holds values outside 0\.\.2"):
+        loader.update_priority(batch["index"], 1.0, source=batch["source"] + 3)
+    plain = Loader(robots["franka"], 8, sampler="prioritized", seed=0)
+    with pytest.raises(ValueError, match="source= is for a loader over a MixtureSource"):
+        plain.update_priority([0], 1.0, source=[0])

@@ -251,6 +251,21 @@ def test_prioritized_slices() -> None:
     assert (_episode_of(lengths, s.sample().indices) != 1).all()
 
 
+def test_a_padded_slices_priorities_keep_the_real_steps() -> None:
+    """A padded position repeats a real step's index: a masked loss's 0 there, passed as is, was
+    written last and replaced the real step's priority (never drawn as an anchor again)."""
+    s = PrioritizedSliceSampler([2, 40], 64, 4, short="pad", alpha=1.0, eps=0.0, seed=0)
+    draw = s.sample()
+    mask = draw.extras["mask"]
+    assert not mask.all()  # some windows padded
+    td = np.where(mask, -7.0, 0.0)  # signed TD errors, 0 where the loss is masked
+    s.update_priority(draw.indices, td)
+    real = np.unique(draw.indices[mask])
+    np.testing.assert_array_equal(s.priorities[real], 7.0)
+    with pytest.raises(ValueError, match="priorities for indices of shape"):
+        s.update_priority(draw.indices, np.ones(3))
+
+
 # --------------------------------------------------------------------------- streams and state
 
 
