@@ -361,6 +361,9 @@ class Loader:
             "sampler": sampler if isinstance(sampler, str) else type(sampler).__name__,
             **{f"sampler option {k}": repr(v) for k, v in sorted(options.items())},
         }
+        #: A sampler of the user's: its draws are checked (a -1 or a float read rows whose keys
+        #: came from different steps).
+        self._foreign_sampler = not isinstance(sampler, str)
         if isinstance(sampler, str):
             # one run seed for every rank (epoch shards need it); each rank's stream derives from it
             shared = sampler in ("epoch", "blocks")
@@ -490,7 +493,10 @@ class Loader:
         elif type(out) is Draw and type(out.indices) is np.ndarray and out.indices.dtype is _INT64:
             indices, extras = out  # the extras are copied into the batch below, never changed
         else:
-            indices, extras = self._split(out)
+            indices, extras = self._split(out)  # (checked there)
+            out = None
+        if out is not None and self._foreign_sampler:
+            self._check_draw(indices)
         batch = self._gather(indices)
         if self._write_index:  # else the source wrote it (a mixture: each row's step in its source)
             batch["index"] = indices
@@ -508,13 +514,27 @@ class Loader:
     def _split(self, out: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """Indices and extras of what the sampler's ``sample()`` returned."""
         if isinstance(out, np.ndarray) and out.dtype == np.int64 and self._device_source is None:
+            if self._foreign_sampler:
+                self._check_draw(out)
             return out, {}  # the common case, without conversions
         if isinstance(out, torch.Tensor):
             return out, {}
         indices, extras = split_draw(out)
+        if self._foreign_sampler:
+            self._check_draw(indices)
         if self._device_source is not None:
             return torch.from_numpy(indices).to(self._device_source.device), extras
         return indices, extras
+
+    def _check_draw(self, indices: np.ndarray) -> None:
+        """Refuse step indices outside ``[0, num_steps)`` from a sampler of the user's (the
+        source's own count: a mixture's grows with its refreshed members)."""
+        steps = getattr(self.source, "num_steps", self.num_steps)
+        if indices.size and (indices.min() < 0 or indices.max() >= steps):
+            raise IndexError(
+                f"sampler {type(self.sampler).__name__} returned step indices from {indices.min()} to "
+                f"{indices.max()}; the loader reads steps 0 to {steps - 1}"
+            )
 
     def _finish(self, batch: TedBatch, extras: Iterable[str] = ()) -> Any:
         if self._device_source is not None and not self.transforms:

@@ -125,10 +125,19 @@ class Draw(NamedTuple):
 
 
 def split_draw(out: np.ndarray | Draw | tuple[Any, Any]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """``(indices, extras)`` from whatever a sampler's ``sample()`` returned."""
-    if isinstance(out, tuple):
-        return np.asarray(out[0], np.int64), dict(out[1])
-    return np.asarray(out, np.int64), {}
+    """``(indices, extras)`` from whatever a sampler's ``sample()`` returned.
+
+    Raises:
+        ValueError: The indices are not integers (floats were cut, a bool mask read as steps 0/1).
+    """
+    raw, extras = (out[0], dict(out[1])) if isinstance(out, tuple) else (out, {})
+    indices = np.asarray(raw)
+    if indices.size and indices.dtype.kind not in "iu":
+        raise ValueError(
+            f"a sampler's sample() returned {indices.dtype} indices; step indices are integers (floats "
+            "would be cut to other steps, a bool mask read as steps 0 and 1)"
+        )
+    return indices.astype(np.int64, copy=False), extras
 
 
 def uniform_ints(rng: np.random.Generator, high: int, n: int) -> np.ndarray:

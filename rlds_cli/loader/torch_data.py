@@ -133,13 +133,22 @@ class TedMapDataset(torch.utils.data.Dataset):
         return self.dataset.num_steps
 
     def __getitem__(self, index: int) -> TedBatch:
+        if isinstance(index, bool) or not isinstance(index, int | np.integer):
+            raise TypeError(f"a step index is an integer, not {type(index).__name__}")
         if not -len(self) <= index < len(self):
             raise IndexError(f"step {index} out of range for {len(self)} steps")
         batch = self._gather(np.asarray([index % len(self)], np.int64))
         return TedBatch({k: v[0] for k, v in batch.items()})
 
     def __getitems__(self, indices: Sequence[int]) -> TedBatch | SlotBatch:
-        idx = np.asarray(indices, np.int64)
+        """The steps at ``indices`` (negative ones from the end, as ``ds[i]``), in one gather."""
+        given = np.asarray(indices)
+        if given.size and given.dtype.kind not in "iu":
+            raise TypeError(f"step indices must be integers, not {given.dtype}")
+        n = len(self)
+        if given.size and (given.min() < -n or given.max() >= n):
+            raise IndexError(f"steps {given.min()} to {given.max()}: out of range for {n} steps")
+        idx = np.where(given < 0, given + n, given).astype(np.int64, copy=False)
         info = get_worker_info() if self._ring is not None else None
         if info is not None:  # in a TedDataLoader worker: into a shared slot when one is free
             assert self._ring is not None

@@ -354,6 +354,24 @@ def test_endless_loader(demo: Dataset) -> None:
     assert len(list(itertools.islice(loader, 7))) == 7
 
 
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_a_samplers_bad_indices_are_refused_naming_it(demo: Dataset, in_memory: bool) -> None:
+    """A -1 read a row whose keys came from different steps (differently in memory), a float was
+    cut to another step, a bool mask read as steps 0 and 1."""
+    n = demo.num_steps
+    for given in ([-1], [n]):
+        message = (
+            f"sampler FixedSampler returned step indices from {given[0]} to {given[0]}; the loader reads"
+        )
+        with pytest.raises(IndexError, match=f"{message} steps 0 to {n - 1}"):
+            Loader(demo, 1, sampler=FixedSampler(given), in_memory=in_memory).sample()
+    for bad in (np.array([1.5]), np.array([True, False])):
+        sampler = FixedSampler([0])
+        sampler.indices = bad
+        with pytest.raises(ValueError, match="step indices are integers"):
+            Loader(demo, 1, sampler=sampler, in_memory=in_memory).sample()
+
+
 def test_unknown_sampler(demo: Dataset) -> None:
     with pytest.raises(ValueError, match="'bogus'"):
         Loader(demo, batch_size=8, sampler="bogus")

@@ -125,6 +125,23 @@ def test_map_style_items(ds: Dataset) -> None:
     assert batch["index"].tolist() == [0, 1, 2, 3]
 
 
+def test_batched_items_read_as_single_items(ds: Dataset) -> None:
+    """``__getitems__`` (what DataLoader calls) passed -1 through unchecked: per-step keys wrapped
+    to the last step while observations came from step 1 (one row, three steps)."""
+    m = TedMapDataset(ds)
+    batch = m.__getitems__([-1, 0, -N])
+    for i, at in enumerate((-1, 0, -N)):
+        one = m[at]
+        for key in one:
+            np.testing.assert_array_equal(batch[key][i], one[key], err_msg=key)
+    with pytest.raises(IndexError, match=f"out of range for {N} steps"):
+        m.__getitems__([N])
+    with pytest.raises(TypeError, match="integers"):
+        m.__getitems__([1.5])
+    with pytest.raises(TypeError, match="an integer, not float"):
+        m[1.5]  # type: ignore[index]
+
+
 def test_epoch_orders_are_the_epoch_samplers(ds: Dataset) -> None:
     """Both adapters take their permutation and shard from EpochSampler: the same indices, in
     the same order, as the loader's "epoch" sampler (and as the (seed, epoch) permutation)."""
