@@ -41,9 +41,10 @@ behind a bounded cache) a uniform draw over the whole dataset fetches a chunk pe
 :class:`ResidentWindow` restricts a sampler with replacement to ``window`` blocks
 (:func:`block_starts`, as ``sampler="blocks"``) at a time. Blocks follow one permutation per cycle
 (from the run seed and rank); the oldest leaves once as many steps have been drawn since the
-window last moved as it holds rows. Draws are uniform over the window's rows, so over a cycle each
-step is drawn about once. State: two integers (position, steps drawn since the last move) beside
-the sampler's generator."""
+window last moved as it holds rows (a slice sampler: windows, or eligible episodes with
+``weight="episodes"``, what its draws pick uniformly). Draws are uniform over the window's rows
+(windows, episodes), so over a cycle each is drawn about equally often. State: two integers
+(position, draws since the last move) beside the sampler's generator."""
 
 from __future__ import annotations
 
@@ -365,6 +366,13 @@ class SliceSampler:
         self.resident = make_resident_window(
             self.episodes.lengths, n, resident_window, block_rows, seed_of_blocks
         )
+        if self.resident is not None:
+            # a block stays for as many draws as it holds of what a draw picks uniformly (windows,
+            # or eligible episodes), not rows: rows overweighted blocks of short episodes 7x
+            per_episode = self._windows if self.weight == "steps" else (self._windows > 0).astype(np.int64)
+            before = np.r_[0, np.cumsum(per_episode)]
+            first = self.resident.first_episode
+            self.resident.sizes = before[first[1:]] - before[first[:-1]]
 
     def follow(self, change: ViewChange) -> None:
         """Draw from a refreshed view of a growing dataset (tables rebuilt, linear in the
@@ -434,7 +442,7 @@ class SliceSampler:
             if totals.sum() > 0:
                 break
             window.position, window.drawn = window.position + 1, 0
-        window.advance(n * self.slice_len)
+        window.advance(n)
         if self.weight == "steps":
             ends = np.cumsum(totals)
             k = uniform_ints(self._rng, int(ends[-1]), n)
@@ -602,8 +610,11 @@ class ResidentWindow:
         self.window = min(int(window), self.num_blocks)
         self.block_rows = int(block_rows)
         self.seed = int(seed)
+        #: Draws each block stays resident for: its rows (a draw picks a row), or what else a
+        #: sampler's draw picks uniformly (a slice sampler's windows).
+        self.sizes = self.lengths
         self.position = 0  # sequence index of the oldest resident block
-        self.drawn = 0  # steps drawn since the window last moved
+        self.drawn = 0  # draws since the window last moved
         self._cycles: dict[int, np.ndarray] = {}
 
     def _block_at(self, q: int) -> int:
@@ -627,9 +638,9 @@ class ResidentWindow:
         return np.unique(np.array(ids, np.int64))
 
     def advance(self, n: int) -> None:
-        """Count ``n`` steps drawn; the oldest block leaves when its rows' worth have been."""
+        """Count ``n`` draws; the oldest block leaves when its :attr:`sizes` worth have been."""
         self.drawn += int(n)
-        while self.drawn >= (size := int(self.lengths[self._block_at(self.position)])):
+        while self.drawn >= (size := int(self.sizes[self._block_at(self.position)])):
             self.drawn -= size
             self.position += 1
 
@@ -651,7 +662,7 @@ class ResidentWindow:
         one by one, 2**62 of them)."""
         state = check_state(state, f"{what} resident window")
         check_int(state, "position", f"{what} resident window")
-        check_int(state, "drawn", f"{what} resident window", high=int(self.lengths.max()) - 1)
+        check_int(state, "drawn", f"{what} resident window", high=max(int(self.sizes.max()) - 1, 0))
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Take a state :meth:`check_state` accepted."""

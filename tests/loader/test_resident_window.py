@@ -55,6 +55,29 @@ def test_slices_stay_inside_resident_episodes() -> None:
             assert set(_block_of(window, first).tolist()) <= resident
 
 
+@pytest.mark.parametrize("weight", ["steps", "episodes"])
+def test_slices_of_short_and_long_episodes_are_drawn_as_without_the_window(weight: str) -> None:
+    """A block stayed resident for its rows' worth of drawn steps, though a draw picks a window
+    (an episode): 8-step episodes' windows were drawn 7x as often as long episodes' (weight
+    'episodes': long episodes 26x as often as short ones)."""
+    lengths = np.r_[np.full(5, 200), np.full(50, 8)]
+    np.random.default_rng(0).shuffle(lengths)
+    short = lengths == 8
+
+    def rates(**window: Any) -> tuple[float, float]:
+        s = SliceSampler(lengths, 64, 8, seed=0, weight=weight, **window)
+        counts = np.zeros(len(lengths))
+        for _ in range(400):
+            np.add.at(counts, s.episodes.episode_of(s.sample().indices[:, 0]), 1)
+        per = counts / (s._windows if weight == "steps" else 1)
+        return per[~short].mean(), per[short].mean()
+
+    plain_long, plain_short = rates()
+    for window in ({"resident_window": 1, "block_rows": 8}, {"resident_window": 4, "block_rows": 64}):
+        long_rate, short_rate = rates(**window)
+        assert 0.7 < (short_rate / long_rate) / (plain_short / plain_long) < 1.4, window
+
+
 def test_states_resume_exactly_with_the_states_seed() -> None:
     a = _uniform(seed=1)
     for _ in range(50):
