@@ -683,6 +683,16 @@ class Loader:
             raise TypeError(f"sampler {type(self.sampler).__name__} has no state_dict(); cannot checkpoint")
         return self.sampler.state_dict()
 
+    @property
+    def pass_left(self) -> int | None:
+        """Inside a ``for batch in loader`` pass: the batches it still owes (``None`` outside one)."""
+        return self._pass_left
+
+    def finish_pass(self, left: int | None) -> None:
+        """Have the next ``for`` pass give ``left`` batches, what a restored state's pass still
+        owed (``None``: a whole pass)."""
+        self._resumed_pass = None if left is None else int(left)
+
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state at the first batch not yet returned: a loader restored from it
         continues the same stream (with or without prefetch)."""
@@ -731,7 +741,7 @@ class Loader:
         self.batches_drawn = int(state.get("batches_drawn", 0))
         self._epoch_end_pending = bool(state.get("epoch_end_pending", False))
         # the next ``for`` finishes the pass the state was saved in
-        self._resumed_pass = None if state.get("pass_left") is None else int(state["pass_left"])
+        self.finish_pass(state.get("pass_left"))
         if shared and self._epoch_done is not None and self._epoch_done():
             # the steps left were too few for a batch here (drop_last): the epoch is over with no
             # batch, and the resumed pass ends it (it served the next epoch's batches instead)

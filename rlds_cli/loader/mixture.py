@@ -643,6 +643,8 @@ class MixtureLoader:
         state = self.sampler.state_dict()
         if self._refresher is not None:
             state["refresh_batches"] = self._refresher.batches
+        if self.loader.pass_left is not None:  # inside a ``for`` pass: what it still owes
+            state["pass_left"] = self.loader.pass_left
         state["settings"] = dict(self._settings)
         # each growing source's commit-log position: its rows, which evictions move
         sources = zip(self.names, self.datasets, strict=True)
@@ -655,9 +657,11 @@ class MixtureLoader:
         in another order or with other contents, batch size, weights or split; or from another
         rank or world size: :class:`~rlds_cli.errors.LoaderStateError`)."""
         check_int(check_state(state, "MixtureLoader"), "refresh_batches", "MixtureLoader", required=False)
+        check_int(state, "pass_left", "MixtureLoader", required=False)
         check_settings(state, self._settings, "the mixture")
         self._check_views(state.get("views", {}))
         self.sampler.load_state_dict(state)
+        self.loader.finish_pass(state.get("pass_left"))  # the next ``for`` finishes the saved pass
         if self._refresher is not None and "refresh_batches" in state:
             self._refresher.batches = int(state["refresh_batches"])
 

@@ -10,6 +10,7 @@ import pytest
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch
+from rlds_cli.errors import LoaderStateError
 from rlds_cli.loader import Loader, Normalize
 from rlds_cli.loader.mixture import MixtureLoader, MixtureSampler, MixtureSource
 from tests.loader_fixtures import TedFactory
@@ -75,6 +76,26 @@ def test_state_dict_continues(pair: tuple[Dataset, Dataset]) -> None:
     other.load_state_dict(state)
     assert [other.sample()["index"].tolist() for _ in range(3)] == want
     assert other.report() == mix.report()
+
+
+def test_a_state_saved_inside_a_pass_finishes_that_pass(pair: tuple[Dataset, Dataset]) -> None:
+    """The state held no pass: restored 2 batches into a pass of 4, the next ``for`` gave 4 more
+    (a resumed run did more steps than planned)."""
+    whole = [b["index"].tolist() for b in MixtureLoader(list(pair), [0.5, 0.5], batch_size=4, seed=2,
+                                                         num_batches=4)]  # fmt: skip
+    mix = MixtureLoader(list(pair), [0.5, 0.5], batch_size=4, seed=2, num_batches=4)
+    taken = []
+    for batch in mix:
+        taken.append(batch["index"].tolist())
+        if len(taken) == 2:
+            state = pickle.loads(pickle.dumps(mix.state_dict()))
+            break
+    other = MixtureLoader(list(pair), [0.5, 0.5], batch_size=4, seed=9, num_batches=4)
+    other.load_state_dict(state)
+    assert taken + [b["index"].tolist() for b in other] == whole
+    assert len(list(other)) == 4  # the pass after it is whole
+    with pytest.raises(LoaderStateError, match="pass_left"):
+        other.load_state_dict({**state, "pass_left": -1})
 
 
 @pytest.mark.parametrize("weights", [[1.0], [-1.0, 2.0], [0.0, 0.0], [float("nan"), 1.0]])
