@@ -18,7 +18,7 @@ each episode's last step (inclusive).
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -118,6 +118,14 @@ class StepBlock:
 def join_key(key: str | tuple[str, ...]) -> str:
     """``("next", "reward")`` -> ``"next/reward"``; strings pass through."""
     return "/".join(key) if isinstance(key, tuple) else key
+
+
+def join_keys(keys: Iterable[str | tuple[str, ...]], what: str = "keys") -> list[str]:
+    """A list of keys as :func:`join_key` strings; a single string (``keys="observation"``, read
+    letter by letter) is refused as ``ValueError`` naming ``what``."""
+    if isinstance(keys, str):
+        raise ValueError(f"{what} takes a list of keys, not the string {keys!r}: pass [{keys!r}]")
+    return [join_key(k) for k in keys]
 
 
 class TedBatch(dict[str, Any]):

@@ -20,7 +20,7 @@ import torch
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.reader import stored_keys
-from rlds_cli.cache.ted import TedBatch
+from rlds_cli.cache.ted import TedBatch, join_keys
 from rlds_cli.frames.device_decode import EncodedRows, device_decode_problem
 from rlds_cli.loader.device import DeviceSource, DeviceUniformSampler
 from rlds_cli.loader.epoch import check_ranks_field, in_step
@@ -198,7 +198,7 @@ class Loader:
         self.batch_size = positive_int("batch_size", batch_size)
         self.device = torch.device(device) if device is not None else None
         check_counts(in_memory=in_memory, prefetch=prefetch, num_batches=num_batches, epochs=epochs)
-        self.keys = list(keys) if keys is not None else None
+        self.keys: list[Any] | None = join_keys(keys, "Loader(keys=...)") if keys is not None else None
         self.in_memory = self._plan_memory(in_memory, refresh)
         cuda = self.device is not None and self.device.type == "cuda"
         if pin_memory and not cuda:

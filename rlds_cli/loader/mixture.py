@@ -34,7 +34,7 @@ import torch
 from rlds_cli.cache.card import dataset_card, license_conflicts, licenses_of
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.growing import empty_episodes
-from rlds_cli.cache.ted import TedBatch, join_key
+from rlds_cli.cache.ted import TedBatch, join_key, join_keys
 from rlds_cli.errors import LoaderStateError, MixtureError
 from rlds_cli.loader.loader import Loader
 from rlds_cli.loader.mixture_gather import DirectKeys, PackedKeys
@@ -301,13 +301,12 @@ class MixtureSource:
         return back.get(key, "" if key in rename else key)
 
     def _common_keys(self, keys: Iterable[str | tuple[str, ...]] | None) -> list[str]:
-        if isinstance(keys, str):
-            raise MixtureError(f"keys is one string ({keys!r}): give a list of keys, e.g. [{keys!r}]")
+        wanted = join_keys(keys, "MixtureLoader(keys=...)") if keys is not None else None
         per_source = [{self._renames[i].get(k, k) for k in ds.fields} for i, ds in enumerate(self.datasets)]
-        if keys is None:
+        if wanted is None:
             common = set.intersection(*per_source)
             return sorted(common, key=lambda k: (k.startswith("next/"), k))
-        return list(dict.fromkeys(join_key(k) for k in keys))
+        return list(dict.fromkeys(wanted))
 
     def _check_member(self, i: int) -> None:
         """Member ``i`` has every key of the common schema, with the reference's shape and the

@@ -158,6 +158,9 @@ class NormalizationStats:
             if list(table) != self.keys:
                 raise ValueError(f"NormalizationStats: {name!r} has keys {list(table)}, mean has {self.keys}")
             setattr(self, name, {k: np.asarray(v, np.float64) for k, v in table.items()})
+        negative = [k for k, v in self.std.items() if (v < 0).any()]
+        if negative:  # it flipped the sign of what it normalized
+            raise ValueError(f"NormalizationStats: the std of {negative[0]!r} has negative values")
         self.eps = checked_eps(self.eps)
 
     # ------------------------------------------------------------------ making

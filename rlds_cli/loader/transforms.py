@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.cache.ted import TedBatch, join_key
+from rlds_cli.cache.ted import TedBatch, join_key, join_keys
 from rlds_cli.loader.normalization import (
     DEFAULT_EPS,
     NormalizationStats,
@@ -78,7 +78,7 @@ class Normalize:
                  eps: float | None = None) -> None:  # fmt: skip
         if isinstance(stats, NormalizationStats) and keys is None:
             keys = stats.keys
-        self.keys = [join_key(k) for k in keys] if keys is not None else ["observation"]
+        self.keys = join_keys(keys, "Normalize(keys=...)") if keys is not None else ["observation"]
         if eps is None:
             eps = stats.eps if isinstance(stats, NormalizationStats) else DEFAULT_EPS
         self.eps = checked_eps(eps)

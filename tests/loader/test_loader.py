@@ -372,6 +372,18 @@ def test_a_samplers_bad_indices_are_refused_naming_it(demo: Dataset, in_memory: 
             Loader(demo, 1, sampler=sampler, in_memory=in_memory).sample()
 
 
+def test_keys_given_as_one_string_are_refused_naming_the_argument(demo: Dataset) -> None:
+    # read letter by letter: "dataset has no keys ['o', 'b', 's', ...]"
+    with pytest.raises(
+        ValueError, match=r"Loader\(keys=...\) takes a list of keys, not the string 'observation'"
+    ):
+        Loader(demo, 4, keys="observation")
+    from rlds_cli.loader import MixtureLoader
+
+    with pytest.raises(ValueError, match=r"MixtureLoader\(keys=...\) takes a list of keys"):
+        MixtureLoader({"a": demo, "b": demo}, [1, 1], keys="observation")  # type: ignore[arg-type]
+
+
 def test_unknown_sampler(demo: Dataset) -> None:
     with pytest.raises(ValueError, match="'bogus'"):
         Loader(demo, batch_size=8, sampler="bogus")

@@ -222,7 +222,7 @@ def test_renames_that_would_hide_or_lose_values_are_refused(
         with pytest.raises(MixtureError) as info:
             MixtureLoader(sources_given, [1, 1], root=robots["franka"].directory.parent.parent)  # type: ignore[arg-type]
         assert match in str(info.value)
-    with pytest.raises(MixtureError, match="keys is one string"):
+    with pytest.raises(ValueError, match=r"MixtureLoader\(keys=...\) takes a list of keys, not the string"):
         MixtureLoader(sources, [1, 1], keys="action", pad=True)  # type: ignore[arg-type]
 
 

@@ -147,6 +147,11 @@ def test_a_split_of_a_trim_is_normalized_with_the_trims_statistics(ds: Dataset) 
 def test_mismatched_tables_are_refused() -> None:
     with pytest.raises(ValueError, match="'std' has keys"):
         NormalizationStats(mean={"a": [0.0]}, std={}, min={"a": [0.0]}, max={"a": [0.0]})
+    # a negative std flipped the sign of every value normalized with it, without a word
+    with pytest.raises(ValueError, match="the std of 'observation' has negative values"):
+        Normalize(stats={"observation": {"mean": [0.0, 0.0], "std": [-1.0, 1.0]}})
+    with pytest.raises(ValueError, match=r"Normalize\(keys=...\) takes a list of keys, not the string"):
+        Normalize(keys="observation")
 
 
 def test_the_front_door_exports_it() -> None:
