@@ -39,6 +39,7 @@ from rlds_cli.loader.protocols import (
     Streamable,
 )
 from rlds_cli.loader.read_ahead import Prefetcher, Prepared
+from rlds_cli.loader.refresh import Refresher
 from rlds_cli.loader.run_state import (
     all_gather_objects,
     check_loader_state,
@@ -126,7 +127,7 @@ class Loader:
         num_batches: Batches per ``for batch in loader`` pass, whatever the epochs (``None``: use
             ``epochs``).
         refresh: For a growing dataset: follow its commits every ``refresh`` batches (``1``: every
-            batch; see :class:`Refresher`). ``None``: the view it was opened with.
+            batch; see :class:`~rlds_cli.loader.refresh.Refresher`). ``None``: the view it was opened with.
         root: Cache root, when ``dataset`` is a name.
         windows: ``{key: offsets}``: each key becomes its values at steps ``t + offset``, with
             ``<key>_is_pad`` where that leaves the episode (LeRobot's ``delta_timestamps``; see
@@ -234,7 +235,10 @@ class Loader:
         self.seed: int | None = None
         self.sampler = self._make_sampler(sampler, seed, sampler_options)
         self.read_ahead = self._plan_reads(read_ahead, refresh)
-        self._refresher = None if refresh is None else Refresher(self, refresh, sampler)
+        self._refresher = None if refresh is None else Refresher(
+            self.dataset, self.sampler, refresh, sampler, world_size=self.world_size,
+            prefetch=self.prefetch, follow=self._follow,
+        )  # fmt: skip
         self._resolve_paths()
         self._batches_per_epoch = self._epoch_length()
         # the last batch returned ended an epoch, and no pass has moved past it yet: a pass
@@ -628,22 +632,9 @@ class Loader:
         """
         if not self._prioritized:
             raise ValueError(f"the sampler {type(self.sampler).__name__} has no priorities")
-        offsets = getattr(self.source, "offsets", None)  # a MixtureSource's: where each source starts
-        if offsets is not None:
-            if source is None:
-                raise ValueError(
-                    "update_priority over a mixture: a batch's index is each row's step in its own "
-                    "source; pass source=batch['source'] too, so the right rows get the priorities"
-                )
-            local, which = (np.asarray(_cpu(v)) for v in (indices, source))
-            if local.shape != which.shape or which.dtype.kind not in "iu" or local.dtype.kind not in "iu":
-                raise ValueError(
-                    f"update_priority: indices {local.shape} {local.dtype} and source {which.shape} "
-                    f"{which.dtype} must be integer arrays of one shape (the batch's index and source)"
-                )
-            if which.size and (which.min() < 0 or which.max() >= len(offsets) - 1):
-                raise ValueError(f"update_priority: source holds values outside 0..{len(offsets) - 2}")
-            indices = offsets[which] + local
+        positions = getattr(self.source, "positions", None)  # a MixtureSource's index space
+        if positions is not None:
+            indices = positions(indices, source)
         elif source is not None:
             raise ValueError("update_priority: source= is for a loader over a MixtureSource")
         with self._lock:
@@ -748,107 +739,3 @@ class Loader:
             self._epoch_end_pending = True
         if state.get("seed") is not None:
             self.seed = int(state["seed"])
-
-
-class Refresher:
-    """``Loader(name, refresh=N)``: refreshes the loader's growing dataset every ``N`` batches
-    (``1``: every batch), under the loader's lock, before the next draw, so a batch is drawn and
-    gathered from one view (no index past its end, no evicted row, slices inside one episode).
-    A changed view moves the loader (:meth:`Loader._follow`):
-
-    * the source is made again over the new view (``in_memory="device"``: copied to the device);
-    * the sampler follows in place, its generator going on (reproducible for a given sequence of
-      views): ``"uniform"`` takes the new size; ``"slice"`` remakes its episode tables;
-      ``"prioritized"`` keeps each remaining row's priority (mapped by episode id, never by
-      position: :mod:`rlds_cli.loader.samplers`), gives new rows the largest priority seen and
-      drops evicted rows'; ``"epoch"``: the current epoch keeps its order less the evicted rows,
-      rows added during it come in the next (one shard only). ``"epoch"`` and ``"prioritized"``
-      need ``prefetch=0``;
-    * transforms bound to the dataset (``FrameStack``, ``windows=``, ``NStepReturn``,
-      ``GoalRelabel``...) are bound again; a ``Normalize`` keeps its first statistics.
-
-    Cost: nothing new is one ``stat`` of the commit log; new commits read the new segments'
-    indexes and remake the source and the sampler's tables (linear in the episodes; in the rows
-    for ``"prioritized"`` and an ``in_memory`` copy).
-
-    Args:
-        loader: The loader (its source must be made from a growing dataset).
-        every: Batches between refreshes.
-        sampler: The sampler as the loader was given it (a name follows; an object cannot).
-    """
-
-    def __init__(self, loader: Loader, every: int, sampler: Any) -> None:
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"refresh must be a number of batches >= 1, got {every!r}")
-        dataset = loader.dataset
-        if dataset is None or not hasattr(dataset, "refresh"):
-            raise ValueError(
-                f"refresh= follows a growing dataset (written with DatasetWriter); "
-                f"{getattr(dataset, 'name', 'this dataset')!r} never changes: drop refresh="
-            )
-        if sampler == "blocks" or getattr(loader.sampler, "resident", None) is not None:
-            raise ValueError(
-                "refresh= cannot follow a growing dataset with sampler='blocks' or resident_window=: "
-                "they walk the blocks of one view of it; drop refresh=, or use 'epoch' or 'uniform'"
-            )
-        if not isinstance(sampler, str) or not hasattr(loader.sampler, "follow"):
-            raise ValueError(
-                "refresh= needs a sampler given by name ('uniform', 'slice', 'prioritized', 'epoch'): "
-                "a sampler object of your own cannot follow the dataset's new rows"
-            )
-        if isinstance(loader.sampler, Epochal) and loader.world_size != 1:
-            raise ValueError(
-                "refresh= with the 'epoch' sampler needs world_size=1: ranks refresh at different "
-                "moments and could not agree on an epoch's rows; use 'uniform' across ranks"
-            )
-        if sampler in ("epoch", "prioritized") and loader.prefetch:
-            why = {
-                "epoch": "could not be put back into an epoch carried over it",
-                "prioritized": "holds rows of the old view: its priorities would land on other rows",
-            }[sampler]
-            raise ValueError(
-                f"refresh= with the {sampler!r} sampler needs prefetch=0: a batch prefetched "
-                f"before a refresh {why}"
-            )
-        self.loader = loader
-        self.every = every
-        self.batches = 0
-        #: Refreshes that found a changed view.
-        self.rebuilds = 0
-        self._ids = dataset.episode_ids  # type: ignore[attr-defined]
-        self._lengths = dataset.episode_index["length"]
-        self._position = dataset.log_position  # type: ignore[attr-defined]  # the view followed last
-        self._failed: BaseException | None = None
-
-    def tick(self) -> None:
-        """Before each batch (under the loader's lock): refresh when due, follow when changed."""
-        if self._failed is not None:  # a view the sampler could not follow: never half of it
-            raise self._failed
-        self.batches += 1
-        if self.batches % self.every:
-            return
-        loader = self.loader
-        ds: Any = loader.dataset
-        ds.refresh()
-        # compared with the view followed last, not refresh()'s answer: the dataset's holder
-        # (e.g. the user reading ds.ready) may have refreshed it in between
-        if ds.log_position == self._position:
-            return
-        self._position = ds.log_position
-        try:
-            self._follow(loader, ds)
-        except BaseException as exc:
-            self._failed = exc
-            raise
-
-    def _follow(self, loader: Loader, ds: Any) -> None:
-        self.rebuilds += 1
-        change = ViewChange(self._ids, self._lengths, ds.episode_ids, ds.episode_index["length"])
-        self._ids, self._lengths = ds.episode_ids, ds.episode_index["length"]
-        loader._follow(ds, change)
-
-
-def _cpu(value: Any) -> Any:
-    """A torch tensor as a CPU one without gradient (numpy reads it); anything else as it is."""
-    detach = getattr(value, "detach", None)
-    return detach().cpu() if detach is not None else value

@@ -67,7 +67,7 @@ from rlds_cli.loader.run_state import (
 )
 from rlds_cli.loader.samplers import Episodes, positive_int
 from rlds_cli.loader.sources import HostSource
-from rlds_cli.loader.tensors import DtypePolicy, FloatDtype
+from rlds_cli.loader.tensors import DtypePolicy, FloatDtype, as_numpy
 from rlds_cli.loader.windows import PAD_SUFFIX, Windows
 
 
@@ -376,6 +376,29 @@ class MixtureSource:
                     hint="return the batch (a mapping of arrays) from every transform",
                 )
         return part
+
+    def positions(self, index: Any, source: Any) -> np.ndarray:
+        """The mixture positions of rows given as a batch's ``index`` (each row's step in its own
+        source) and ``source`` (arrays or tensors of one shape): what a sampler over the mixture
+        draws, e.g. to feed priorities back.
+
+        Raises:
+            ValueError: ``source`` missing, or not integers of ``index``'s shape within the sources.
+        """
+        if source is None:
+            raise ValueError(
+                "update_priority over a mixture: a batch's index is each row's step in its own "
+                "source; pass source=batch['source'] too, so the right rows get the priorities"
+            )
+        local, which = as_numpy(index), as_numpy(source)
+        if local.shape != which.shape or which.dtype.kind not in "iu" or local.dtype.kind not in "iu":
+            raise ValueError(
+                f"update_priority: indices {local.shape} {local.dtype} and source {which.shape} "
+                f"{which.dtype} must be integer arrays of one shape (the batch's index and source)"
+            )
+        if which.size and (which.min() < 0 or which.max() >= len(self.names)):
+            raise ValueError(f"update_priority: source holds values outside 0..{len(self.names) - 1}")
+        return self.offsets[which] + local
 
     def gather(self, indices: np.ndarray) -> TedBatch:
         """The rows at mixture ``indices`` (any shape), with ``index`` and ``source`` (and, padded,

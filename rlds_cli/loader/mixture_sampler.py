@@ -34,7 +34,7 @@ sizes of the views in force.
   the counts from a multinomial.
 
 :class:`MixtureRefresher` is a :class:`~rlds_cli.loader.MixtureLoader`'s ``refresh=N``: the same
-hook as :class:`~rlds_cli.loader.loader.Refresher` (called under the loader's lock before each
+hook as :class:`~rlds_cli.loader.refresh.Refresher` (called under the loader's lock before each
 batch); every ``N`` batches it refreshes the growing members and, when a view changed, rebuilds
 that member's rows and the sampler's sizes and readiness. A batch's indices and rows come from one
 view: no index past a member's end, no evicted row.

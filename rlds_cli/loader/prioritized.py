@@ -59,6 +59,7 @@ from rlds_cli.loader.samplers import (
     positive_int,
     shard_state,
 )
+from rlds_cli.loader.tensors import as_numpy
 
 if TYPE_CHECKING:
     from rlds_cli.loader.samplers import ViewChange
@@ -145,13 +146,13 @@ class PrioritizedSampler:
     def update_priority(self, indices: Any, priority: Any) -> None:
         """Set the priority of ``indices`` (any shape, e.g. a batch's ``index``) to ``priority``
         (broadcast to the same shape; e.g. absolute TD errors). Tensors are accepted."""
-        given = _as_numpy(indices)
+        given = as_numpy(indices)
         if given.size and given.dtype.kind not in "iu":  # 2.7 would land on row 2 without a word
             raise ValueError(
                 f"update_priority: indices must be integers (a batch's index), not {given.dtype}"
             )
         idx = given.astype(np.int64, copy=False)
-        raw = _as_numpy(priority)
+        raw = as_numpy(priority)
         if raw.shape != idx.shape:
             try:
                 raw = np.broadcast_to(raw, idx.shape)
@@ -304,7 +305,7 @@ class PrioritizedSliceSampler(PrioritizedSampler):
         """Per-step priorities; padded positions (repeated steps) may be passed as is: a step given
         several priorities in one call (a padding's repeat, overlapping slices) keeps the largest in
         magnitude (the last one won: a masked loss's 0 at the padding replaced the real step's)."""
-        given, raw = _as_numpy(indices), _as_numpy(priority)
+        given, raw = as_numpy(indices), as_numpy(priority)
         if given.size and given.dtype.kind in "iu":
             try:
                 raw = np.broadcast_to(raw, given.shape)
@@ -318,24 +319,11 @@ class PrioritizedSliceSampler(PrioritizedSampler):
                     given, raw = steps, largest
         super().update_priority(given, raw)
         if self._slices.skipped_episodes:  # keep skipped episodes impossible to draw
-            idx = _as_numpy(indices).astype(np.int64).ravel()
+            idx = as_numpy(indices).astype(np.int64).ravel()
             e = self._slices.episodes.episode_of(idx)
             dead = self._slices._windows[e] == 0
             if dead.any():
                 self._tree.set(idx[dead], 0.0)
-
-
-def _as_numpy(value: Any) -> np.ndarray:
-    """A numpy view of an array-like or a (CPU or device) torch tensor."""
-    if isinstance(value, np.ndarray):
-        return value
-    if isinstance(value, torch.Tensor):
-        if value.device.type == "cpu" and not value.requires_grad:
-            return value.numpy()  # a view: .detach().cpu() would make two more tensor objects
-        return value.detach().cpu().numpy()
-    if hasattr(value, "detach"):  # another tensor type
-        value = value.detach().cpu().numpy()
-    return np.asarray(value)
 
 
 #: Widest root: levels of rows are added until at most this many rows remain. The root's prefix

@@ -325,3 +325,16 @@ def _floating(name: str, dtype: Any) -> torch.dtype:
     if dtype not in _NUMPY:
         raise ValueError(f"{name} must be torch.float16, torch.float32 or torch.float64, got {dtype!r}")
     return dtype
+
+
+def as_numpy(value: Any) -> np.ndarray:
+    """A numpy view of an array-like or a (CPU or device) torch tensor."""
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, torch.Tensor):
+        if value.device.type == "cpu" and not value.requires_grad:
+            return value.numpy()  # a view: .detach().cpu() would make two more tensor objects
+        return value.detach().cpu().numpy()
+    if hasattr(value, "detach"):  # another tensor type
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
