@@ -5,8 +5,9 @@ anything is opened or read."""
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rlds_cli.loader.block_shuffle import BlockSampler
@@ -61,6 +62,23 @@ _OPTIONS = {
     },
     "prioritized": {"alpha", "beta", "eps", "fanout", "compiled", "slice_len", "num_slices", "short"},
 }
+
+
+def option_defaults(name: str, options: Mapping[str, Any]) -> dict[str, str]:
+    """``{"sampler option <k>": repr(default)}`` for the options of sampler ``name`` that have a
+    default (``options``: those given, which pick plain or slice prioritized sampling): a state
+    recorded without an option restores into a loader given it at its default, and back."""
+    if name not in _OPTIONS:
+        return {}
+    prioritized = PrioritizedSliceSampler if "slice_len" in options else PrioritizedSampler
+    kind = {"uniform": UniformSampler, "epoch": EpochSampler, "blocks": BlockSampler, "slice": SliceSampler,
+            "prioritized": prioritized}[name]  # fmt: skip
+    params = inspect.signature(kind).parameters
+    return {
+        f"sampler option {k}": repr(params[k].default)
+        for k in _OPTIONS[name]
+        if k in params and params[k].default is not inspect.Parameter.empty and params[k].default is not None
+    }
 
 
 def _slices(batch_size: int, options: dict[str, Any]) -> tuple[int, int]:

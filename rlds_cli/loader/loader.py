@@ -24,7 +24,7 @@ from rlds_cli.cache.ted import TedBatch, join_keys
 from rlds_cli.frames.device_decode import EncodedRows, device_decode_problem
 from rlds_cli.loader.device import DeviceSource, DeviceUniformSampler
 from rlds_cli.loader.epoch import check_ranks_field, in_step
-from rlds_cli.loader.factory import check_counts, check_source_options, make_sampler
+from rlds_cli.loader.factory import check_counts, check_source_options, make_sampler, option_defaults
 from rlds_cli.loader.image_transforms import ImageTransform
 from rlds_cli.loader.opening import open_dataset
 from rlds_cli.loader.protocols import (
@@ -365,6 +365,7 @@ class Loader:
             "sampler": sampler if isinstance(sampler, str) else type(sampler).__name__,
             **{f"sampler option {k}": repr(v) for k, v in sorted(options.items())},
         }
+        self._option_defaults = option_defaults(sampler, options) if isinstance(sampler, str) else {}
         #: A sampler of the user's: its draws are checked (a -1 or a float read rows whose keys
         #: came from different steps).
         self._foreign_sampler = not isinstance(sampler, str)
@@ -714,7 +715,9 @@ class Loader:
         at another (or with ranks that stopped at different batches), an elastic sampler
         (``"epoch"``, ``"blocks"``) shares the epoch's unconsumed steps over the new ranks."""
         state = dict(check_loader_state(state, self.dataset))  # every field checked before any change
-        check_settings(state, self._settings(), getattr(self.dataset, "name", "this source"))
+        check_settings(
+            state, self._settings(), getattr(self.dataset, "name", "this source"), self._option_defaults
+        )
         ranks = check_ranks_field(state)
         self.close()
         if not isinstance(self.sampler, Checkpointable):

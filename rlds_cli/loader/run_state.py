@@ -360,19 +360,24 @@ def _other_dataset(what: str, which: str) -> LoaderStateError:
     )
 
 
-def check_settings(state: Mapping[str, Any], mine: Mapping[str, Any], name: str) -> None:
+def check_settings(
+    state: Mapping[str, Any], mine: Mapping[str, Any], name: str, defaults: Mapping[str, Any] | None = None
+) -> None:
     """Refuse a state saved with other settings than ``mine`` (a loader's sampler, its options, batch
     size and dataset): restored, it would continue another stream than the one it was saved from.
-    A state without ``settings`` (saved by an rlds before 2026-11-28) is not checked."""
+    A setting absent on one side counts as its ``defaults`` value (an option given at its default
+    is the same stream as one not given). A state without ``settings`` (saved by an rlds before
+    2026-11-28) is not checked."""
     saved = state.get("settings")
     if not isinstance(saved, Mapping):
         return
+    defaults = defaults or {}
     for key in sorted(set(saved) | set(mine)):
         # "dataset", or a mixture's "dataset <source>"
         dataset = key == "dataset" or key.startswith("dataset ")
         if dataset and (saved.get(key) is None or mine.get(key) is None):
             continue  # a dataset that records no content digest (a growing one: its view is checked)
-        if saved.get(key) != mine.get(key):
+        if saved.get(key, defaults.get(key)) != mine.get(key, defaults.get(key)):
             if dataset:
                 which = f"source {key[8:]!r} of {name}" if key != "dataset" else repr(name)
                 raise _other_dataset("Loader", which)

@@ -326,6 +326,29 @@ def test_a_state_of_other_settings_is_refused(
         Loader(demo, **{"batch_size": 64, "seed": 7, **restored}).load_state_dict(first.state_dict())
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"sampler": "prioritized", "alpha": 0.6},
+        {"sampler": "slice", "slice_len": 8, "padded": "none", "short": "pad"},
+        {"sampler": "epoch", "shuffle": True},
+    ],
+    ids=["alpha", "padded-short", "shuffle"],
+)
+def test_an_option_given_at_its_default_is_the_same_stream(demo: Dataset, options: dict[str, Any]) -> None:
+    """Refused with 'saved with sampler option alpha not given; ... would continue another
+    stream': a resume script (or a config system) that spells out a default could not restore."""
+    plain = {k: v for k, v in options.items() if k in ("sampler", "slice_len")}
+    for saved, restored in ((plain, options), (options, plain)):
+        first = Loader(demo, **{"batch_size": 64, "seed": 7, **saved})
+        first.sample()
+        state = first.state_dict()
+        want = first.sample()["index"].tolist()
+        other = Loader(demo, **{"batch_size": 64, "seed": 1, **restored})
+        other.load_state_dict(state)
+        assert other.sample()["index"].tolist() == want
+
+
 def test_a_state_of_another_dataset_of_the_same_size_is_refused(demo: Dataset, demo_root: Path) -> None:
     from rlds_cli.preprocess import run
     from rlds_cli.testing.sources import normalize
