@@ -19,6 +19,7 @@ so a reader never falls back to h5py for it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
@@ -230,6 +231,7 @@ def check_dataset(
             plist = dsid.get_create_plist()
             if plist.get_layout() == h5d.CHUNKED:
                 untrusted.check_chunks(path, name, plist.get_chunk(), dtype, declared)
+                _check_filters(path, name, plist)
             if plist.get_layout() == h5d.VIRTUAL:
                 problem, stored = _virtual_problem(dsid, plist)
             elif plist.get_external_count() > 0:
@@ -253,6 +255,29 @@ def unwritten_chunks(dataset: Any) -> tuple[int, int]:
         return int(dataset.id.get_storage_size() == 0), 1
     expected = math.prod(-(-n // c) for n, c in zip(dataset.shape, dataset.chunks, strict=True))
     return max(0, expected - int(dataset.id.get_num_chunks())), expected
+
+
+def _check_filters(path: Path, name: str, plist: Any) -> None:
+    """Refuse a dataset compressed with an HDF5 filter this h5py cannot apply (blosc, zstd, lz4,
+    bitshuffle: ``hdf5plugin``'s), before a read fails and blames the file; ``hdf5plugin`` is
+    loaded first where it is installed (importing it registers its filters)."""
+    from h5py import h5z
+
+    for i in range(plist.get_nfilters()):
+        code, _, _, label = plist.get_filter(i)
+        if h5z.filter_avail(code):
+            continue
+        with contextlib.suppress(ImportError):
+            import hdf5plugin  # type: ignore[import-not-found]  # noqa: F401  # registers its filters
+        if h5z.filter_avail(code):
+            continue
+        shown = _text(label) or "unnamed"
+        raise SourceFormatError(
+            f"{path}: dataset {name!r} is compressed with HDF5 filter {code} ({shown}), which is not "
+            "installed (the file is not damaged)",
+            hint="pip install hdf5plugin (rlds loads it), or recompress the file with gzip "
+            "(h5repack -f GZIP=4 IN OUT)",
+        )
 
 
 def _virtual_problem(dsid: Any, plist: Any) -> tuple[str | None, int]:

@@ -151,6 +151,19 @@ def _virtual_bomb(f: h5py.File) -> None:
     f.create_virtual_dataset("observations", layout, fillvalue=0)
 
 
+def _blosc_observations(f: h5py.File) -> None:
+    """``observations`` chunked with HDF5 filter 32001 (blosc), which plain h5py cannot apply."""
+    shape = f["observations"].shape
+    del f["observations"]
+    plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    plist.set_chunk(shape)
+    plist.set_filter(32001, h5py.h5z.FLAG_OPTIONAL, (2, 2, 4, 0, 5, 1, 1))
+    made = h5py.h5d.create(
+        f.id, b"observations", h5py.h5t.IEEE_F32LE, h5py.h5s.create_simple(shape), dcpl=plist
+    )
+    made.write_direct_chunk((0,) * len(shape), b"not blosc bytes", filter_mask=0)
+
+
 def _virtual_of(f: h5py.File, sources: dict[str, str]) -> None:
     """Each dataset ``name`` of ``sources`` (made a copy of its source when missing) made a
     same-file virtual dataset of ``sources[name]``."""
@@ -348,6 +361,11 @@ def _cases() -> dict[str, Callable[[Path], Case]]:
             _roboset(t, lambda g: _replace_with(g, "observations", how, t)), _UNSAFE
         )
     c["d4rl-virtual-mostly-fill"] = lambda t: Case(_d4rl(t / "d.hdf5", _virtual_bomb), _BOMB)
+    # a filter h5py lacks (blosc, as hdf5plugin writes it): blamed on a corrupt download
+    c["d4rl-filter-not-installed"] = lambda t: Case(
+        _d4rl(t / "d.hdf5", _blosc_observations),
+        "'observations' is compressed with HDF5 filter 32001 (unnamed), which is not installed",
+    )
     # HDF5 follows a mapping of itself until the process dies (SIGSEGV, no line at all)
     c["d4rl-virtual-maps-itself"] = lambda t: Case(
         _d4rl(t / "d.hdf5", lambda f: _virtual_of(f, {"observations": "observations"})),
