@@ -497,6 +497,25 @@ def test_a_truncated_gzip_file(tmp_path: Path) -> None:
     _refused(download(logs, "x"), str(path), "truncated")
 
 
+def test_a_multi_member_gzip_file_reads_as_the_single_member_one(tmp_path: Path) -> None:
+    """Recompressed in two members (what block-parallel gzip tools write): the trailer holds the
+    last member's length only, and the file was refused as 'truncated or damaged'."""
+    import gzip
+
+    logs = _small_run(tmp_path)
+    assert download(logs, "one").exit_code == 0
+    path = logs / file_name("$store$_observation", 1)
+    raw = gzip.decompress(path.read_bytes())
+    path.write_bytes(gzip.compress(raw[: len(raw) // 3]) + gzip.compress(raw[len(raw) // 3 :]))
+    assert download(logs, "two").exit_code == 0
+    one, two = open_dataset("one"), open_dataset("two")
+    np.testing.assert_array_equal(
+        np.asarray(one.column("observation")[:]), np.asarray(two.column("observation")[:])
+    )
+    path.write_bytes(path.read_bytes()[:-300])  # cut short: still refused, by the stream
+    _refused(download(logs, "x"), str(path), "truncated", published=["one", "two"])
+
+
 def test_a_damaged_byte_midway_fails_while_reading(tmp_path: Path) -> None:
     """Damage the trailer's length check cannot see: zlib's CRC check names the file."""
     logs = _small_run(tmp_path)

@@ -183,17 +183,20 @@ class GzipNpy:
 
     def _check_sizes(self) -> None:
         """Before any row is read: the gzip trailer's length (mod 2**32) must match the header's (a
-        truncated download fails here), and the declared bytes must be backed by the compressed bytes
-        (no decompression bomb)."""
+        truncated download mostly fails here; the stream's own checks catch the rest), and the
+        declared bytes must be backed by the compressed bytes (no decompression bomb). The trailer
+        of a multi-member file holds its last member's length only: one below the header's may be
+        that, and is left to the stream (zlib checks every member's CRC and length)."""
         data = declared_bytes(self.shape, self.dtype)
         size = self.path.stat().st_size
         with open(self.path, "rb") as f:
             f.seek(max(size - 4, 0))
             isize = int.from_bytes(f.read(4), "little")
-        if isize != (self._stream.pos + data) % (1 << 32):
+        whole = self._stream.pos + data
+        if isize != whole % (1 << 32) and isize > whole:
             raise SourceFormatError(
                 f"{self.path}: the gzip trailer says it holds {isize:,} bytes (mod 2**32) but its .npy "
-                f"header declares {self._stream.pos + data:,} (shape {self.shape}, {self.dtype}): "
+                f"header declares {whole:,} (shape {self.shape}, {self.dtype}): "
                 "truncated or damaged",
                 hint=REDOWNLOAD_HINT,
             )
