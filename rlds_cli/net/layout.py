@@ -47,7 +47,7 @@ from rlds_cli.cache.layout import (
     PARTS_DIR,
 )
 from rlds_cli.cache.root import CacheRoot
-from rlds_cli.errors import CorruptDatasetError, RldsError, SourceError
+from rlds_cli.errors import CorruptDatasetError, RldsError, SourceError, UnknownFormatError
 
 __all__ = [
     "META_DIR",
@@ -350,7 +350,10 @@ def confirmed_by_conversion(folder: Path, names: Iterable[str]) -> Iterator[None
         yield
     except RldsError as exc:
         if isinstance(exc, SourceError) and mark_failed(folder, wanted):
-            exc.hint = REFETCH_HINT
+            # a format not told from the name or the bytes wants --format first: fetching the
+            # file again (the whole of it) would fail the same way
+            told = exc.hint if isinstance(exc, UnknownFormatError) and exc.hint else None
+            exc.hint = f"{told}; if it still fails, {REFETCH_HINT}" if told else REFETCH_HINT
         raise
     except Exception:
         mark_failed(folder, wanted)

@@ -21,7 +21,13 @@ from typer.testing import CliRunner, Result
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog import registry
 from rlds_cli.cli.app import app
-from rlds_cli.errors import DatasetExistsError, DownloadFailedError, DownloadTooSlowError, SourceFormatError
+from rlds_cli.errors import (
+    DatasetExistsError,
+    DownloadFailedError,
+    DownloadTooSlowError,
+    SourceFormatError,
+    UnknownFormatError,
+)
 from rlds_cli.net.fetch import RemoteFile, fetch_files
 from rlds_cli.net.http import MAX_REQUESTS, HttpConfig
 from rlds_cli.net.layout import (
@@ -150,6 +156,14 @@ def test_only_a_failure_to_read_the_file_marks_it(tmp_path: Path) -> None:
         raise SourceFormatError("a.hdf5 is not HDF5")
     assert bad.value.hint == REFETCH_HINT
     assert store.get("a.hdf5").convert_failed  # type: ignore[union-attr]
+    # a format not told (a URL without a suffix) names --format first: fetching again, the whole
+    # file each time, failed the same way
+    store.put("a.hdf5", FileRecord("0" * 64, 3, "recorded", pinned=False))
+    with pytest.raises(UnknownFormatError) as untold, confirmed_by_conversion(tmp_path, ["a.hdf5"]):
+        raise UnknownFormatError(
+            "cannot tell the format of a.hdf5", hint="pass --format (known formats: d4rl)"
+        )
+    assert untold.value.hint == f"pass --format (known formats: d4rl); if it still fails, {REFETCH_HINT}"
     remote = RemoteFile("a.hdf5", ("http://127.0.0.1:9/a.hdf5",))
     assert must_refetch(remote, store.get("a.hdf5"))
     # a hash from an authority is never second-guessed: the file was checked against it
