@@ -537,7 +537,9 @@ def _cases() -> dict[str, Callable[[Path], Case]]:
                 logs / file_name(STORE_PREFIX + "observation", 0), _lying_npy((1 << 40, 84, 84), "|u1")
             ),
         ),
-        "header declares 7,758,154,045,587,584",
+        # (the trailer of a multi-member file holds its last member's length: a larger header is
+        # left to the size check, which refuses it before anything is read)
+        "'observation' declares 7,758,154,045,587,456 bytes but the file compresses into only",
     )
     c["atari-dqn-pickled-array"] = lambda t: Case(
         _atari(
