@@ -38,20 +38,33 @@ PAD_SUFFIX = "_is_pad"
 TOLERANCE_S = 1e-4  # LeRobot's default tolerance_s
 
 Offsets = Iterable[int] | Iterable[float]
+#: The farthest offset, in steps: a step plus it stays within int64.
+_FARTHEST = 1 << 62
 
 
 def to_steps(key: str, offsets: Sequence[Any], fps: float | None) -> np.ndarray:
     """``offsets`` as int64 steps: integers as they are, seconds (floats) times ``fps``."""
     if any(isinstance(o, bool) or not isinstance(o, int | float | np.integer | np.floating) for o in offsets):
         raise ValueError(f"windows[{key!r}] must hold integer steps or float seconds; got {list(offsets)!r}")
-    if all(isinstance(o, int | np.integer) for o in offsets):
+    whole = [isinstance(o, int | np.integer) for o in offsets]
+    if all(whole):
+        if any(abs(int(o)) > _FARTHEST for o in offsets):  # t + offset would wrap round int64
+            raise ValueError(f"windows[{key!r}]: offsets {list(offsets)!r} reach past 2**62 steps")
         return np.asarray(offsets, np.int64)
+    if any(whole):
+        raise ValueError(
+            f"windows[{key!r}] mixes whole steps (ints) and seconds (floats): {list(offsets)!r}; "
+            "give all of one kind (1 is a step, 1.0 a second)"
+        )
     if fps is None:
         raise ValueError(
             f"windows[{key!r}] gives times in seconds, and the dataset records no frame rate: "
             "pass fps= (Windows(..., fps=...)) or whole steps"
         )
     frames = np.asarray(offsets, np.float64) * fps
+    if not (np.abs(frames) <= _FARTHEST).all():  # NaN, inf, or a time past any episode
+        shown = list(offsets)
+        raise ValueError(f"windows[{key!r}]: times {shown!r} are not finite times within 2**62 frames")
     steps = np.round(frames)
     off = np.abs(frames - steps) / fps
     if (off > TOLERANCE_S).any():

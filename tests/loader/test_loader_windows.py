@@ -210,6 +210,17 @@ def test_seconds_need_a_frame_rate(ds: Dataset) -> None:
         ({"action": "01"}, ValueError, r"windows\['action'\] must be a sequence of offsets"),
         ({"action": [0, "1"]}, ValueError, r"must hold integer steps or float seconds"),
         ({"action": [True]}, ValueError, r"must hold integer steps or float seconds"),
+        # 1 was read as one second once a float was in the list
+        ({"action": [0, 1, 0.5]}, ValueError, r"mixes whole steps \(ints\) and seconds \(floats\)"),
+        # NaN and inf became INT64_MIN; 2**63 - 1 wrapped round to the episode's first step
+        (
+            Windows({"action": [float("nan")]}, fps=4),
+            ValueError,
+            r"are not finite times within 2\*\*62 frames",
+        ),
+        (Windows({"action": [float("inf")]}, fps=4), ValueError, r"are not finite times within 2\*\*62"),
+        ({"action": [2**63 - 1]}, ValueError, r"reach past 2\*\*62 steps"),
+        ({"action": [2**63]}, ValueError, r"reach past 2\*\*62 steps"),
         ({"pixels": [0]}, KeyError, r"windows name key\(s\) \['pixels'\] that dataset 'win' does not have"),
     ],
 )
