@@ -41,6 +41,7 @@ import numpy as np
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import TedBatch, join_key
 from rlds_cli.loader.mixture_schema import PadSchema
+from rlds_cli.loader.run_state import check_seed
 from rlds_cli.loader.samplers import Episodes
 from rlds_cli.loader.sources import HostSource
 
@@ -123,7 +124,8 @@ def batch_generator(seed: int, idx: np.ndarray) -> np.random.Generator:
     """The generator of one batch: seeded by ``seed`` and the bytes of its step indices."""
     digest = hashlib.blake2b(np.ascontiguousarray(idx, np.int64).tobytes(), digest_size=16).digest()
     words = np.frombuffer(digest, np.uint32).tolist()
-    return np.random.default_rng([int(seed) & 0xFFFFFFFF, *words])
+    high = [int(seed) >> 32] if seed >> 32 else []  # a seed of more than 32 bits: all of it
+    return np.random.default_rng([int(seed) & 0xFFFFFFFF, *words, *high])
 
 
 class GoalRelabel:
@@ -159,12 +161,17 @@ class GoalRelabel:
         if strategy not in ("ogbench", "her_future"):
             raise ValueError(f"strategy must be 'ogbench' or 'her_future', got {strategy!r}")
         self.strategy = strategy
+        for name, rule in (("value", value), ("actor", actor)):
+            if rule is not None and not isinstance(rule, GoalRule):
+                raise ValueError(
+                    f"{name} must be a GoalRule (GoalRule(p_curgoal, ...)), got {type(rule).__name__}"
+                )
         self.value = value or GoalRule(0.2, 0.5, 0.3, True)
         self.actor = actor or GoalRule(0.0, 1.0, 0.0, True)
         self.gc_negative = bool(gc_negative)
         self.goal_key = join_key(goal_key)
         self.reward_fn = reward_fn
-        self.seed = int(seed)
+        self.seed = check_seed(seed)
         self._source: HostSource | None = None
         self._episodes: Episodes | None = None
 

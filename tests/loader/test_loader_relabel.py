@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rlds_cli.cache.dataset import Dataset
-from rlds_cli.errors import MixtureError
+from rlds_cli.errors import MixtureError, SeedError
 from rlds_cli.loader import Loader
 from rlds_cli.loader.relabel import GoalRelabel, GoalRule, her_future_indices, ogbench_goal_indices
 from tests.loader_fixtures import TedFactory, make_ted, resumed_batches
@@ -148,6 +148,12 @@ def test_seed_changes_goals(ds: Dataset) -> None:
     idx = np.arange(ds.num_steps)
     assert a.goal_indices(idx)[0].tolist() == a.goal_indices(idx)[0].tolist()
     assert a.goal_indices(idx)[0].tolist() != b.goal_indices(idx)[0].tolist()
+    # seeds were cut to 32 bits: 1 and 2**32 + 1 drew the same goals
+    c, d = GoalRelabel(seed=1), GoalRelabel(seed=2**32 + 1)
+    c.bind(ds)
+    d.bind(ds)
+    assert c.goal_indices(idx)[0].tolist() == b.goal_indices(idx)[0].tolist()  # small seeds unchanged
+    assert c.goal_indices(idx)[0].tolist() != d.goal_indices(idx)[0].tolist()
 
 
 def test_bad_arguments(ds: Dataset, tmp_path: Path) -> None:
@@ -161,6 +167,10 @@ def test_bad_arguments(ds: Dataset, tmp_path: Path) -> None:
         Loader(ds, 4, transform=GoalRelabel(goal_key="info/goal"))
     with pytest.raises(RuntimeError, match="bound"):
         GoalRelabel()({"index": np.arange(3)})
+    with pytest.raises(SeedError, match="seed must be a non-negative integer"):
+        GoalRelabel(seed=-1)  # it drew the goals of seed 2**32 - 1
+    with pytest.raises(ValueError, match="value must be a GoalRule"):
+        GoalRelabel(value={"p_curgoal": 1.0})  # type: ignore[arg-type]  # failed at the first batch
 
 
 def test_mixture_with_prefetch_and_resume(ds: Dataset, tmp_path: Path) -> None:
