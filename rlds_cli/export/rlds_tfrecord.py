@@ -152,11 +152,13 @@ class _Plan:
         self.instructions = self._instructions(dataset, names)
         self.discount = "steps/discount" not in names
         clash = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(self._fixed())))
-        under = sorted(b for a in names for b in names if b.startswith(a + "/"))
+        under = sorted((b, a) for a in names for b in names if b.startswith(a + "/"))
         if under:  # a feature cannot hold both a tensor and features below it
+            below, tensor = under[0]
+            key = {leaf.name: leaf.key for leaf in self.leaves}.get(below, below)
             raise ExportError(
-                f"{dataset.name}: the RLDS feature {under[0]} would lie under the tensor feature "
-                f"{under[0].rsplit('/', 1)[0]}",
+                f"{dataset.name}: the RLDS feature {below} (key {key!r}) would lie under the tensor "
+                f"feature {tensor}",
                 hint="rename the keys (rlds preprocess) before exporting, e.g. 'observation' to "
                 "'observation/state'",
             )

@@ -550,13 +550,30 @@ def test_keys_a_format_has_no_place_for_are_refused_not_dropped(isolated_cache: 
     for to, out, words in [
         ("minari", "goal-v0", "a Minari dataset has no place for the key(s) goal, task"),
         ("amago", "am", "an AMAGO trajectory has no place for the key(s) goal, task"),
-        ("rlds", "rl", "steps/observation/goal would lie under the tensor feature steps/observation"),
+        # it named 'steps/observation/info' (no such feature) for a flat info key
+        (
+            "rlds",
+            "rl",
+            "steps/observation/goal (key 'goal') would lie under the tensor feature steps/observation",
+        ),
     ]:
         if to == "minari":
             pytest.importorskip("minari")
         result = runner.invoke(app, ["export", "goal", str(tmp_path / out), "--to", to])
         assert result.exit_code == 1 and words in " ".join(result.output.split()), (to, result.output)
         assert not (tmp_path / out).exists()
+    with rlds_cli.DatasetWriter("flat-info", mode="create") as writer:  # info at reset and each step
+        writer.add_episode({
+            "observation": obs[:-1], "next/observation": obs[1:], "info/x": goal[:-1, 0],
+            "next/info/x": goal[1:, 0], "action": np.zeros((3, 2), np.float32),
+            "next/reward": np.ones(3, np.float32), "next/terminated": np.array([0, 0, 1], bool),
+            "next/truncated": np.zeros(3, bool),
+        })  # fmt: skip
+    result = runner.invoke(app, ["export", "flat-info", str(tmp_path / "fi"), "--to", "rlds"])
+    assert result.exit_code == 1
+    assert "steps/observation/info/x (key 'info/x') would lie under the tensor feature steps/observation" in (
+        " ".join(result.output.split())
+    )  # it named 'steps/observation/info', which is no feature
     export_dataset(open_dataset("goal"), tmp_path / "td", "torchrl")  # which keeps every key
     back = convert(tmp_path / "td", "back")
     assert {"goal", "task"} <= set(open_dataset(back.manifest.name).stored_fields)
