@@ -129,6 +129,15 @@ class CacheNotWritableError(CacheError, PermissionError):
     default_hint = "use a cache you can write to: --root DIR or RLDS_HOME=DIR"
 
 
+class TooManyOpenFilesError(CacheError, OSError):
+    """The process reached its limit of open files (a memmap build keeps one file open per key)."""
+
+    default_hint = (
+        "raise the limit of open files (ulimit -n 8192) and run it again, or convert with "
+        "--storage zarr (its writer keeps no file open per key)"
+    )
+
+
 class InvalidKeyError(CacheError, ValueError):
     """An array key that cannot become a file path inside a dataset (``..``, an absolute path,
     characters outside the key grammar, too long): refused before any file is opened."""
@@ -551,6 +560,8 @@ def _os_errors() -> dict[int, tuple[type[RldsError], str]]:
                 errno.EACCES: (CacheNotWritableError, "permission denied"),
                 errno.EPERM: (CacheNotWritableError, "operation not permitted"),
                 errno.ENAMETOOLONG: (InvalidNameError, "file name too long"),
+                errno.EMFILE: (TooManyOpenFilesError, "too many open files (the process's limit) at"),
+                errno.ENFILE: (TooManyOpenFilesError, "too many open files (the system's limit) at"),
             }
         )
     return _OS_ERRORS

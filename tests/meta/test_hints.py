@@ -644,6 +644,33 @@ def test_every_error_class_is_one_line_through_the_cli(
     assert isinstance(raised, cls), repr(raised)
 
 
+def test_the_open_file_limit_is_one_line_naming_the_fix(tmp_path: Path) -> None:
+    """A memmap build keeps one file open per key: a source of more keys than the process may open
+    (macOS's default limit is 256) failed with 'unexpected OSError: Too many open files'."""
+    import h5py
+    import numpy as np
+
+    source = golden_three_episodes(tmp_path / "many.hdf5", with_next=False)
+    with h5py.File(source, "a") as f:
+        rows = len(f["rewards"])
+        for i in range(80):
+            f[f"infos/k{i}"] = np.zeros(rows, np.float32)
+    script = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)); "
+        "from rlds_cli.cli.app import main; "
+        "sys.argv = ['rlds', 'download', sys.argv[1], '--name', 'many', '-q']; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(source)], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "RLDS_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("error: too many open files (the process's limit) at: "), lines
+    assert lines[1].startswith("hint: raise the limit of open files (ulimit -n 8192)") and "zarr" in lines[1]
+    assert not list((tmp_path / "home" / "datasets").glob("*"))
+
+
 @pytest.mark.parametrize(
     ("code", "cls", "what"),
     [
