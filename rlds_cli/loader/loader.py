@@ -429,9 +429,19 @@ class Loader:
         chain = (
             [] if transform is None else list(transform) if isinstance(transform, Sequence) else [transform]
         )
+        changed: set[str] = set()  # keys a Normalize earlier in the chain changed
         for t in chain:
             if not callable(t):
                 raise ValueError(f"transform must be callable, got {t!r}")
+            rewrites = getattr(t, "rewrites_raw", None)
+            mixed = sorted(k for k in changed if rewrites is not None and rewrites(k))
+            if mixed:  # its raw values would sit beside normalized ones in one batch
+                raise ValueError(
+                    f"{type(t).__name__} after Normalize writes {mixed} anew from the cache's raw values "
+                    "(a batch would mix normalized and raw ones): put Normalize after it"
+                )
+            changes = getattr(t, "changes", None)
+            changed |= changes() if callable(changes) else set()
             if isinstance(t, Bindable):
                 if self.dataset is None:
                     raise ValueError(

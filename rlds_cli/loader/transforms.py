@@ -120,6 +120,10 @@ class Normalize:
         self._pairs = {}
         self.stats = {k: self.pair(k, np.float32) for k in self.keys}
 
+    def changes(self) -> set[str]:
+        """The batch keys this transform changes (its keys and their ``next/`` twins)."""
+        return {name for key in self.keys for name in twins(key, dict.fromkeys(self.keys))}
+
     def pair(self, key: str, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
         """``(mean, std + eps)`` by which values of ``dtype`` under ``key`` (one of :attr:`keys`)
         are normalized: :meth:`NormalizationStats.pair`."""
@@ -211,6 +215,11 @@ class NStepReturn:
     """
 
     needs_host = True
+
+    @staticmethod
+    def rewrites_raw(key: str) -> bool:
+        """Whether ``key`` is written anew from the cache's (raw) values: the ``next/`` keys."""
+        return key.startswith("next/")
 
     def __init__(self, n: int, gamma: float = 0.99) -> None:
         self.n = positive_int("n", n)
@@ -312,6 +321,10 @@ class FrameStack:
     """
 
     needs_host = True
+
+    def rewrites_raw(self, key: str) -> bool:
+        """Whether ``key`` is written anew from the cache's (raw) frames: a stacked key, or its twin."""
+        return key.removeprefix("next/") in self.keys
 
     def __init__(self, k: int, keys: Iterable[str] = ("observation",)) -> None:
         self.k = positive_int("k", k)

@@ -91,6 +91,10 @@ class Windows:
 
     needs_host = True
 
+    def rewrites_raw(self, key: str) -> bool:
+        """Whether ``key`` is written anew from the cache's (raw) values: a windowed key."""
+        return key in self.offsets
+
     def __init__(self, windows: Mapping[str | tuple[str, ...], Offsets], fps: float | None = None) -> None:
         if not isinstance(windows, Mapping) or not windows:
             raise ValueError(f"windows must be a non-empty mapping {{key: offsets}}; got {windows!r}")

@@ -9,6 +9,7 @@ starts and last steps (whose next stack ends with the stored final observation) 
 from __future__ import annotations
 
 import itertools
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -251,3 +252,15 @@ def test_a_dropped_batch_memory_is_reused(ds: Dataset) -> None:
     again = loader.sample()
     assert again["observation"].data_ptr() == address  # gathered into the same block
     check(ds, again, 3)
+
+
+def test_normalize_before_a_transform_that_writes_raw_values_is_refused(ds: Dataset) -> None:
+    """[Normalize(), FrameStack(3)] gave stacks of raw and normalized frames side by side, and
+    [Normalize(), NStepReturn(3)] raw next observations beside normalized observations."""
+    cases = ((FrameStack(3), "['next/observation', 'observation']"), (NStepReturn(3), "['next/observation']"))
+    for later, keys in cases:
+        with pytest.raises(
+            ValueError, match=re.escape(f"{type(later).__name__} after Normalize writes {keys}")
+        ):
+            Loader(ds, 4, seed=0, transform=[Normalize(), later])
+    Loader(ds, 4, seed=0, transform=[FrameStack(3), Normalize()]).sample()  # the order that works
