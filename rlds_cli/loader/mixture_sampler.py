@@ -227,6 +227,16 @@ def starved(weights: np.ndarray, batch_size: int) -> list[int]:
     return np.flatnonzero((np.asarray(weights) > 0) & (counts == 0)).tolist()
 
 
+def refuse_starved(weights: np.ndarray, batch_size: int, where: str = "") -> None:
+    """A ``ValueError`` (prefixed ``where``) when :func:`starved` finds members."""
+    members = starved(weights, batch_size)
+    if members:
+        raise ValueError(
+            f"{where}split='fixed' gives members {members} (of weight > 0) no row of a batch of "
+            f"{batch_size}: raise batch_size or their weight, or use split='random'"
+        )
+
+
 def ready_since(ready_at: np.ndarray, ready: np.ndarray, batch: int) -> np.ndarray:
     """``ready_at`` after the members ``ready`` now were seen ready before batch ``batch``."""
     return np.where((ready_at == NOT_READY) & ready, batch, ready_at).astype(np.int64)
@@ -330,14 +340,8 @@ class MixtureSampler:
         self._schedule = weights if callable(weights) else None
         self._count = len(sizes)
         self._fixed = None if callable(weights) else check_weights(weights, len(sizes))
-        members = (
-            starved(self._fixed, self.batch_size) if split == "fixed" and self._fixed is not None else []
-        )
-        if members:
-            raise ValueError(
-                f"split='fixed' gives members {members} (of weight > 0) no row of a batch of "
-                f"{self.batch_size}: raise batch_size or their weight, or use split='random'"
-            )
+        if split == "fixed" and self._fixed is not None:
+            refuse_starved(self._fixed, self.batch_size)
         self._steady: np.ndarray | None = None  # the weights while nothing changes (_weights)
         self._marked = False  # ready_at holds every source ready under the steady weights
         self.set_sizes(sizes, [True] * len(sizes) if ready is None else ready)
@@ -366,9 +370,14 @@ class MixtureSampler:
         if self._schedule is not None:
             given = self._schedule(self.batches_drawn)
             try:
-                return check_weights(given, len(self.sizes))
+                weights = check_weights(given, len(self.sizes))
             except ValueError as exc:
                 raise ValueError(f"the weight schedule at batch {self.batches_drawn}: {exc}") from None
+            if self.split == "fixed":  # as fixed weights: those members would silently get no row
+                refuse_starved(
+                    weights, self.batch_size, f"the weight schedule at batch {self.batches_drawn}: "
+                )
+            return weights
         assert self._fixed is not None
         return self._fixed
 

@@ -600,6 +600,13 @@ def test_a_fixed_split_that_never_draws_a_source_is_refused(robots: dict[str, Da
     with pytest.raises(ValueError, match=r"split='fixed' gives members \[1\]"):
         MixtureSampler([10, 10], [0.995, 0.005], 64, split="fixed")
     MixtureLoader(two, [0.99, 0.01], batch_size=64, split="fixed", keys=["action"], pad=True)  # 0.64: 1 row
+    # the same weights from a schedule drew aloha in no batch, without a word
+    scheduled = MixtureLoader(two, lambda step: [0.995, 0.005], batch_size=64, split="fixed", keys=["action"],
+                              pad=True)  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"the weight schedule at batch 0: split='fixed' gives members \[1\]"
+    ):
+        scheduled.sample()
 
 
 def test_a_normalize_of_a_key_its_source_lacks_names_the_source(robots: dict[str, Dataset]) -> None:
