@@ -87,6 +87,30 @@ class ConcatColumn:
         col = self._col(p)
         return col.take(rows, axis=0) if isinstance(col, np.ndarray) else np.asarray(col[rows])
 
+    @property
+    def stored_format(self) -> Any:
+        """The frame format every part stores its rows in, where each can give them as stored
+        (:meth:`encoded_rows`); ``None`` otherwise (a part read into memory, or of another format)."""
+        formats = [getattr(self._col(p), "stored_format", None) for p in range(len(self._parts))]
+        return (
+            formats[0] if formats and None not in formats and all(f == formats[0] for f in formats) else None
+        )
+
+    def encoded_rows(self, rows: np.ndarray) -> Any:
+        """Rows ``rows`` as stored (image files, in order), where :attr:`stored_format` is not ``None``."""
+        from rlds_cli.frames.codecs import EncodedFrames
+
+        flat = np.asarray(rows, np.int64).reshape(-1)
+        which = np.searchsorted(self.offsets, flat, side="right") - 1
+        files: list[Any] = [None] * len(flat)
+        for p in np.unique(which).tolist():
+            at = np.flatnonzero(which == p)
+            for i, data in zip(
+                at.tolist(), self._col(p).encoded_rows(flat[at] - self._shift[p]).data, strict=True
+            ):
+                files[i] = data
+        return EncodedFrames(files, self.stored_format)
+
 
 #: A segment at most this many rows (and this many bytes) long is read into the tail.
 SMALL_ROWS = 16_384

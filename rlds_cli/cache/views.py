@@ -50,6 +50,16 @@ class SlicedColumn:
         data = np.asarray(self._column[self._start : self._start + self.shape[0]])
         return data.astype(dtype) if dtype is not None else data
 
+    @property
+    def stored_format(self) -> Any:
+        """The frame format the column's rows are stored in, where they can be given as stored
+        (:meth:`encoded_rows`); ``None`` otherwise."""
+        return getattr(self._column, "stored_format", None)
+
+    def encoded_rows(self, rows: np.ndarray) -> Any:
+        """Rows ``rows`` as stored (image files), where :attr:`stored_format` is not ``None``."""
+        return self._column.encoded_rows(np.asarray(rows, np.int64) + self._start)
+
 
 class GatheredColumn:
     """Rows ``rows`` (ascending) of a column, indexed like a numpy array along the first axis."""
@@ -74,6 +84,15 @@ class GatheredColumn:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         data = np.asarray(self._column[self._rows])
         return data.astype(dtype) if dtype is not None else data
+
+    @property
+    def stored_format(self) -> Any:
+        """As :attr:`SlicedColumn.stored_format`."""
+        return getattr(self._column, "stored_format", None)
+
+    def encoded_rows(self, rows: np.ndarray) -> Any:
+        """Rows ``rows`` as stored (image files), where :attr:`stored_format` is not ``None``."""
+        return self._column.encoded_rows(self._rows[np.asarray(rows, np.int64)])
 
 
 def parse_episode_range(spec: str, num_episodes: int) -> tuple[int, int]:

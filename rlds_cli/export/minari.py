@@ -45,7 +45,6 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.backends.frames import FramesColumn
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episode_table import SEED_KEY, SEED_PRESENT_KEY
 from rlds_cli.cache.layout import VIEW_LAYOUT
@@ -192,7 +191,7 @@ def _write_leaf(group: Any, path: str, data: np.ndarray, text_paths: set[str]) -
         group.create_dataset(path, data=data)
 
 
-def _kept_jpeg(gym: Any, dataset: Dataset, space: Any, paths: dict[str, str]) -> dict[str, FramesColumn]:
+def _kept_jpeg(gym: Any, dataset: Dataset, space: Any, paths: dict[str, str]) -> dict[str, Any]:
     """The JPEG frame columns to write as they are stored, by key: every observation leaf that
     minari takes for an image (``is_image_space``), when each is one (``jpeg_encoding`` holds for
     the whole file); else none."""
@@ -200,13 +199,15 @@ def _kept_jpeg(gym: Any, dataset: Dataset, space: Any, paths: dict[str, str]) ->
 
     leaves = dict(_leaves(gym, space, "observations"))
     images = [key for key, path in paths.items() if is_image_space(leaves[path])]
-    kept: dict[str, FramesColumn] = {}
+    kept: dict[str, Any] = {}
     for key in images:
         spec = dataset.stored_fields.get(key)
         column = dataset.column(key) if spec is not None and spec.codec == "jpeg" else None
-        # a plain dataset's own column (a view's or a growing one's rows are not one file's)
+        # a view's, merge's or growing dataset's column too, where its parts give rows as stored
         rgb_or_gray = spec is not None and not spec.channels_first and spec.shape[2:] in ((), (3,))
-        if type(column) is not FramesColumn or not rgb_or_gray:
+        if spec is None or column is None or getattr(column, "stored_format", None) != spec.frame_format:
+            return {}
+        if not rgb_or_gray:
             return {}
         kept[key] = column
     return kept
@@ -286,7 +287,8 @@ def export_minari(
                 for key, path in observation_paths.items():
                     if key in jpeg:  # the episode's stored JPEG files, its final frame's too
                         first = int(dataset.episode_index["start"][i]) + i
-                        files = jpeg[key].encoded(first, first + length + 1).data
+                        stored_rows = np.arange(first, first + length + 1, dtype=np.int64)
+                        files = jpeg[key].encoded_rows(stored_rows).data
                         # row by row: files of one length would make h5py write a 2-D array
                         written = group.create_dataset(path, (len(files),), dtype=h5py.vlen_dtype(np.uint8))
                         for j, data in enumerate(files):

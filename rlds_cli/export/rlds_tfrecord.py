@@ -53,7 +53,6 @@ import numpy as np
 
 from rlds_cli._util.cpus import usable_cpus
 from rlds_cli._util.tfds_layout import FEATURES_FILE, FILEPATH_TEMPLATE, INFO_FILE, shard_name
-from rlds_cli.cache.backends.frames import FramesColumn
 from rlds_cli.cache.dataset import Dataset, Instructions
 from rlds_cli.errors import ExportError, MissingExtraError, import_extra
 from rlds_cli.export import atomic_target, flat_keys, refuse_complex, step_keys
@@ -205,7 +204,8 @@ class _Plan:
         fmt = spec.frame_format
         if flat and fmt is not None and fmt.codec in ("jpeg", "png") and not fmt.channels_first:
             column = dataset.column(key)
-            if len(shape) == 3 and type(column) is FramesColumn:
+            # a view's, merge's or growing dataset's frames too, where its parts give them as stored
+            if len(shape) == 3 and getattr(column, "stored_format", None) == fmt:
                 return _Leaf(name, key, flat, image_node(fmt.image_shape, fmt.codec), "stored", fmt.codec)
         if flat and dtype == np.uint8 and image_codec != "none" and _image_shape(shape):
             codec = "png" if image_codec == "png" or shape[2] == 4 else "jpeg"
@@ -435,7 +435,7 @@ def _episode(
     for leaf in plan.leaves:
         column = columns[leaf.key]
         if leaf.kind == "stored":
-            encoded = column.encoded(flat.start, flat.stop)
+            encoded = column.encoded_rows(np.arange(flat.start, flat.stop, dtype=np.int64))
             feats[leaf.name] = _values(leaf, encoded.data, None)
             continue
         values = np.asarray(column[flat] if leaf.flat else column[rows])

@@ -158,18 +158,35 @@ def test_a_view_exports_its_parents_text_and_episode_metadata(oxe: Dataset, tmp_
     assert file_paths(back) == [file_paths(oxe)[i] for i in (1, 3)]  # the view's episodes, in its order
 
 
-def test_stored_frames_are_written_as_they_are(oxe: Dataset, tmp_path: Path) -> None:
-    """The kept JPEG files of the source go out bit for bit (nothing decoded or encoded again)."""
-    out = export_dataset(oxe, tmp_path / "out", "rlds")
+@pytest.mark.parametrize("kind", ["converted", "selection", "range view", "merge"])
+def test_stored_frames_are_written_as_they_are(oxe: Dataset, tmp_path: Path, kind: str) -> None:
+    """The kept JPEG files of the source go out bit for bit (nothing decoded or encoded again);
+    those of a view or a merge were decoded and encoded again (as PNG, or a second JPEG loss)."""
+    from rlds_cli.cache.compose import merge_datasets
+    from rlds_cli.cache.derive import create_selection, create_view
+
+    made = {"converted": "oxe", "selection": "oxe-sel", "range view": "oxe-range", "merge": "oxe-merge"}[kind]
+    if kind in ("selection", "merge"):
+        create_selection("oxe", "oxe-sel", [1, 3], replace=True)
+    if kind == "range view":
+        create_view("oxe", "oxe-range", (1, 3), replace=True)
+    if kind == "merge":
+        merge_datasets(["oxe-sel", "oxe"], "oxe-merge", replace=True)
+    ds = open_dataset(made)
+    out = export_dataset(ds, tmp_path / "out", "rlds")
+    assert '"encodingFormat": "jpeg"' in (out / "features.json").read_text()
     shard = sorted(out.glob("*.tfrecord-*"))[0]
-    column = oxe.column("observation/wrist_image")
     with open(shard, "rb") as fh:
         for _, rec in scan_records(fh.fileno(), shard):  # the first record: episode 0
             buf = rec.view
             spans = bytes_spans(buf, parse_example(buf)["steps/observation/wrist_image"])
             files = [bytes(buf[a:b]) for a, b in spans]
             break
-    assert files == [bytes(column.frame_bytes(i)) for i in range(len(files))]
+    first = ds.episode_index["start"][0]  # flat rows: episode 0's frames start at its first step
+    kept = ds.column("observation/wrist_image").encoded_rows(np.arange(first, first + len(files)))
+    assert files == [bytes(b) for b in kept.data]
+    parent = oxe.column("observation/wrist_image")
+    assert set(files) <= {bytes(parent.frame_bytes(i)) for i in range(len(parent))}  # the stored files
 
 
 def test_dict_actions_and_sharding(isolated_cache: Path, tmp_path: Path) -> None:

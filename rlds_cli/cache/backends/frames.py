@@ -330,8 +330,19 @@ class FramesColumn:
 
     def encoded(self, start: int, stop: int) -> EncodedFrames:
         """Rows ``[start, stop)`` as stored (their image files, copied out of the map)."""
-        stored = self.fetch(self.starts[start:stop].tolist(), self.ends[start:stop].tolist())
-        return EncodedFrames([bytes(stored(i)) for i in range(stop - start)], self.format)
+        return self.encoded_rows(np.arange(start, stop, dtype=np.int64))
+
+    @property
+    def stored_format(self) -> FrameFormat:
+        """The format :meth:`encoded_rows` gives rows in (a view's or merge's column of frames
+        has the same attribute: ``None`` where its rows cannot be given as stored)."""
+        return self.format
+
+    def encoded_rows(self, rows: np.ndarray) -> EncodedFrames:
+        """Rows ``rows`` as stored (their image files, copied out of the map)."""
+        rows = np.asarray(rows, np.int64)
+        stored = self.fetch(self.starts[rows].tolist(), self.ends[rows].tolist())
+        return EncodedFrames([bytes(stored(i)) for i in range(len(rows))], self.format)
 
     def __getitem__(self, index: Any) -> np.ndarray:
         if isinstance(index, (int, np.integer)):
