@@ -103,13 +103,14 @@ class ConcatColumn:
         flat = np.asarray(rows, np.int64).reshape(-1)
         which = np.searchsorted(self.offsets, flat, side="right") - 1
         files: list[Any] = [None] * len(flat)
+        fmt = None
         for p in np.unique(which).tolist():
             at = np.flatnonzero(which == p)
-            for i, data in zip(
-                at.tolist(), self._col(p).encoded_rows(flat[at] - self._shift[p]).data, strict=True
-            ):
+            part = self._col(p).encoded_rows(flat[at] - self._shift[p])
+            fmt = part.format  # every part's (stored_format checked it): not worked out again per call
+            for i, data in zip(at.tolist(), part.data, strict=True):
                 files[i] = data
-        return EncodedFrames(files, self.stored_format)
+        return EncodedFrames(files, fmt if fmt is not None else self.stored_format)
 
 
 #: A segment at most this many rows (and this many bytes) long is read into the tail.
