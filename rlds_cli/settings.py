@@ -45,11 +45,19 @@ from rlds_cli.errors import SettingError
 APP_NAME = "rlds"
 
 
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
 def _flag(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
+    """An on/off variable: ``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off`` (any
+    case); unset or empty is ``default``, anything else a :class:`SettingError` (``maybe`` was on)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
         return default
-    return value.strip().lower() not in {"0", "false", "no", "off"}
+    if raw.lower() in _TRUE | _FALSE:
+        return raw.lower() in _TRUE
+    raise _bad(name, raw, "1 or 0 (on or off)")
 
 
 def cache_root(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -75,6 +83,16 @@ def fsync_enabled() -> bool:
 def numba_enabled() -> bool:
     """Whether the compiled kernels may be used when numba is installed (``RLDS_NUMBA``, default on)."""
     return _flag("RLDS_NUMBA", True)
+
+
+def check_flags() -> None:
+    """Read every on/off variable once, so a bad value is refused before a command starts
+    rather than midway (``RLDS_FSYNC=maybe`` at publish time).
+
+    Raises:
+        SettingError: One of them holds neither on nor off.
+    """
+    debug(), fsync_enabled(), numba_enabled(), offline()
 
 
 def extra_registry_paths() -> list[Path]:

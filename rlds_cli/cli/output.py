@@ -421,6 +421,13 @@ def handle_errors(func: F) -> F:
         if kwargs.get("verbose"):
             configure_logging(int(kwargs["verbose"]))
         try:
+            # before the command: the handlers below ask RLDS_DEBUG again, where a bad value
+            # would raise inside the handling of another error, and RLDS_FSYNC is asked midway
+            settings.check_flags()
+        except RldsError as exc:
+            error(exc.message, exc.hint)
+            raise typer.Exit(1) from None
+        try:
             return func(*args, **kwargs)
         except (typer.Exit, ClickException):  # usage errors: typer prints them, exit 2
             raise

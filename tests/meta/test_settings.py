@@ -100,3 +100,35 @@ def test_the_cli_says_one_line_and_exits_1(tmp_path: Any) -> None:
     assert proc.returncode == 1, proc.stderr
     assert "RLDS_HTTP_TIMEOUT='soon' is not" in proc.stderr + proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["RLDS_DEBUG", "RLDS_FSYNC", "RLDS_NUMBA", "RLDS_OFFLINE"])
+def test_an_on_off_variable_is_on_off_or_refused(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    read = {
+        "RLDS_DEBUG": settings.debug,
+        "RLDS_FSYNC": settings.fsync_enabled,
+        "RLDS_NUMBA": settings.numba_enabled,
+        "RLDS_OFFLINE": settings.offline,
+    }[name]
+    for raw, want in [("1", True), ("ON", True), (" yes ", True), ("0", False), ("False", False), ("off", False)]:
+        monkeypatch.setenv(name, raw)
+        assert read() is want
+    monkeypatch.setenv(name, "maybe")  # was on, without a word
+    with pytest.raises(SettingError, match=f"^{name}='maybe' is not 1 or 0"):
+        read()
+
+
+@pytest.mark.parametrize("name", ["RLDS_DEBUG", "RLDS_FSYNC"])
+def test_the_cli_refuses_a_bad_on_off_variable_before_the_command(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, name: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from rlds_cli.cli.app import app
+
+    monkeypatch.setenv("RLDS_HOME", str(tmp_path))
+    monkeypatch.setenv(name, "maybe")
+    result = CliRunner().invoke(app, ["demo"])
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines()[0] == f"error: {name}='maybe' is not 1 or 0 (on or off)"
+    assert not (tmp_path / "datasets").exists()  # nothing started
