@@ -24,7 +24,7 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cache.ted import StepBlock
 from rlds_cli.cache.transaction import CacheTransaction
 from rlds_cli.errors import ConversionError, FrameError
-from rlds_cli.frames.codecs import EncodedFrames, FrameFormat, FramesMode, block_rows
+from rlds_cli.frames.codecs import MIN_SIDE, EncodedFrames, FrameFormat, FramesMode, block_rows, unencodable
 
 _SINGLETON_KEYS = ("next/reward", "next/terminated", "next/truncated")
 _FLAG_KEYS = ("next/terminated", "next/truncated")
@@ -71,6 +71,7 @@ class DatasetBuilder:
         self._block_hasher = digest.BlockHasher()  # a block's digests beside its writes
         self._specs: dict[str, FieldSpec] = {}
         self._frame_columns: dict[str, FramesColumnWriter] = {}  # keys stored as image files
+        self._frame_notes: list[str] = []  # image-like keys --frames CODEC leaves arrays
         self._ends: list[np.ndarray] = []
         self._final_known: list[np.ndarray] = []
         self._episode_ids: list[np.ndarray] = []
@@ -214,6 +215,7 @@ class DatasetBuilder:
                 else:
                     rows = np.asarray(rows)
                     spec = FieldSpec(key, tuple(rows.shape[1:]), dtype_name(rows.dtype), storage)
+                    self._note_unencoded(spec)
                 self._specs[key] = spec
                 # keep never encodes: later frames not in the first block's form are refused
                 encodes = self.frames.codec is not None
@@ -224,6 +226,14 @@ class DatasetBuilder:
                     self._frame_columns[key] = column
                 else:
                     self._hashers[key] = digest.ColumnHasher(spec.dtype)
+
+    def _note_unencoded(self, spec: FieldSpec) -> None:
+        """A conversion note for an image-like column that ``--frames CODEC`` leaves an array."""
+        codec = self.frames.codec
+        why = None if codec is None or spec.storage != "flat" else unencodable(spec.shape, spec.dtype, codec)
+        if why is not None:
+            shape = "x".join(map(str, spec.shape))
+            self._frame_notes.append(f"--frames {self.frames}: {spec.key} ({shape}) stays an array: {why}")
 
     def _check_schema(self, steps: dict[str, np.ndarray], observations: Any) -> None:
         seen = {
@@ -285,6 +295,14 @@ class DatasetBuilder:
         digests.update({key: column.hasher.hexdigest() for key, column in self._frame_columns.items()})
         if self._frame_columns:
             conversion = {**(conversion or {}), "frames": self.frames_report()}
+        elif self.frames.codec is not None and not self._frame_notes:
+            self._frame_notes.append(
+                f"--frames {self.frames}: no observation key holds camera frames (uint8 images, "
+                f"both sides >= {MIN_SIDE} px): every key stays an array"
+            )
+        if self._frame_notes:
+            conversion = dict(conversion or {})
+            conversion["notes"] = [*conversion.get("notes", []), *self._frame_notes]
         content = digest.record(
             digests,
             index,

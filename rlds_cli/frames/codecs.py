@@ -632,6 +632,23 @@ class FramesMode:
         return None if self.codec is None else frame_format(tuple(shape), dtype, self.codec)
 
 
+def unencodable(shape: tuple[int, ...], dtype: np.dtype | str, codec: str) -> str | None:
+    """Why arrays of per-step ``shape`` and ``dtype`` that look like images (2 or 3 axes, both
+    sides at least :data:`MIN_SIDE`, 1, 3 or 4 channels) stay arrays under ``codec`` (``None``:
+    they are frames it stores, or they do not look like images)."""
+    if len(shape) not in (2, 3):
+        return None
+    if len(shape) == 3 and shape[2] not in (1, 3, 4) and shape[0] not in (1, 3, 4):
+        return None
+    channels_first = len(shape) == 3 and shape[2] not in (1, 3, 4)
+    height, width = (shape[1], shape[2]) if channels_first else (shape[0], shape[1])
+    if min(height, width) < MIN_SIDE:
+        return None
+    if np.dtype(dtype) != np.uint8:
+        return f"{np.dtype(dtype)}, and frames are uint8"
+    return frame_shape_problem(tuple(shape), channels_first, codec)
+
+
 def frame_format(shape: tuple[int, ...], dtype: np.dtype | str, codec: str) -> FrameFormat | None:
     """The :class:`FrameFormat` that stores arrays of per-step ``shape`` and ``dtype`` with
     ``codec``; ``None`` when they are not camera frames ``codec`` can hold (see the module)."""

@@ -84,3 +84,42 @@ def test_a_bad_mode_is_one_line(isolated_cache: Path, pixel_file: tuple[Path, np
     assert "--frames 'gif' is not a frames mode" in result.output
     assert "Traceback" not in result.output
     assert not (isolated_cache / "datasets" / "pix").exists()
+
+
+@pytest.mark.parametrize(
+    ("frames", "mode", "note"),
+    [
+        (
+            np.zeros((4, 40, 40, 4), np.uint8),
+            "jpeg",
+            "observation (40x40x4) stays an array: jpeg images have 1 or 3 channels, not 4",
+        ),
+        (
+            np.zeros((4, 40, 40), np.uint16),
+            "png",
+            "observation (40x40) stays an array: uint16, and frames are uint8",
+        ),
+        (
+            np.zeros((4, 3), np.float32),
+            "webp",
+            "no observation key holds camera frames (uint8 images, both sides >= 32 px)",
+        ),
+    ],
+)
+def test_a_codec_mode_that_encodes_nothing_says_why(
+    isolated_cache: Path, tmp_path: Path, frames: np.ndarray, mode: str, note: str
+) -> None:
+    """``--frames jpeg`` over RGBA frames, ``png`` over uint16 depth and any codec over low-dim
+    data stored arrays without a word: the user saw no sign the mode did nothing."""
+    timeouts = np.array([False, True, False, True])
+    path = write_d4rl(
+        tmp_path / "odd.hdf5",
+        observations=frames,
+        actions=np.zeros((4, 2), np.float32),
+        rewards=np.ones(4, np.float32),
+        terminals=np.zeros(4, bool),
+        timeouts=timeouts,
+    )
+    result = download_ok(path, "odd", "--frames", mode)
+    assert f"warning: --frames {mode}: {note}" in " ".join(result.output.split())
+    assert open_dataset("odd").stored_fields["observation"].codec == "raw"
