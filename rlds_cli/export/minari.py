@@ -17,8 +17,8 @@ Spaces (rules in ``docs/formats.md``, "Export to Minari"):
   :mod:`rlds_cli.cache.env_spec`, gets that one). They are used when the stored keys, shapes
   and dtypes still match them, else the space of that role is inferred as below.
 * Otherwise spaces are inferred from the stored arrays: ``observation/<k>`` keys make a Dict,
-  floats an unbounded Box, integers a Box over their dtype's range, an integer scalar action a
-  Discrete from its smallest to its largest value.
+  floats an unbounded Box, integers a Box over their dtype's range, bools a ``bool`` Box, an
+  integer scalar action a Discrete from its smallest to its largest value.
 * A dataset recorded by ``rlds_cli.record`` keeps its spaces the same way (``recording/``); its
   Text leaves, stored as ``uint32`` code points, are written back as the UTF-8 strings minari
   stores for a Text space, and the reset seed of each episode as the episode's ``seed``
@@ -135,9 +135,11 @@ def _inferred_leaf(gym: Any, spec: FieldSpec, values: Any = None) -> Any:
     if dtype.kind in "iu" and shape == () and values is not None and len(values):
         low, high = int(np.min(values)), int(np.max(values))
         return gym.spaces.Discrete(high - low + 1, start=low)
-    if dtype.kind in "iub":
-        info = np.iinfo(dtype) if dtype.kind != "b" else np.iinfo(np.uint8)
-        return gym.spaces.Box(info.min, info.max, shape, dtype if dtype.kind != "b" else np.uint8)
+    if dtype.kind == "b":  # gymnasium's bool Box: the stored dtype, values False..True
+        return gym.spaces.Box(0, 1, shape, np.bool_)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return gym.spaces.Box(info.min, info.max, shape, dtype)
     raise ExportError(f"key {spec.key!r} has dtype {dtype}, which no Minari space holds")
 
 

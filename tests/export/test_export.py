@@ -211,6 +211,39 @@ def test_minari_export_reads_back_with_minari(
     _same(golden, open_dataset("back"))
 
 
+def test_minari_export_gives_bool_keys_a_bool_box(
+    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bool observation was declared ``Box(0, 255, uint8)``: a space whose dtype and range are
+    not the data's (a policy built from the space saw 256 values)."""
+    minari = pytest.importorskip("minari")
+    from rlds_cli.write.writer import DatasetWriter
+
+    with DatasetWriter("b", root=isolated_cache) as writer:
+        for t in range(3):
+            writer.add_step(
+                observation={"pos": np.full(2, t, np.float32), "contact": np.array([t % 2 == 0, t > 0])},
+                action=np.zeros(1, np.float32),
+                reward=1.0,
+                terminated=np.bool_(t == 2),
+                truncated=np.bool_(False),
+                next_observation={
+                    "pos": np.full(2, t + 1, np.float32),
+                    "contact": np.array([t % 2 == 1, True]),
+                },
+            )
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    export_dataset(open_dataset("b"), tmp_path / "minari" / "b-v0", "minari")
+    loaded = minari.load_dataset("b-v0")
+    space = loaded.observation_space["contact"]
+    assert (type(space).__name__, space.dtype, space.shape) == ("Box", np.dtype(bool), (2,))
+    episode = next(iter(loaded.iterate_episodes()))
+    assert episode.observations["contact"].dtype == bool
+    assert all(space.contains(row) for row in episode.observations["contact"])
+    back = convert(tmp_path / "minari" / "b-v0", "back")
+    assert back.manifest.fields["observation/contact"].dtype == "bool"
+
+
 @pytest.mark.parametrize("codec", ["jpeg", "png"])
 def test_minari_export_of_frames(
     isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, codec: str
