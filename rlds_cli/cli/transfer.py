@@ -61,7 +61,12 @@ def export(
             "(default, lossless), jpeg or none (raw tensors).",
         ),
     ] = None,
-    force: Annotated[bool, force_option("Replace OUT if it exists (on the Hub: another export).")] = False,
+    force: Annotated[
+        bool,
+        force_option(
+            "Replace OUT if it is an earlier export of that format, or an empty folder (on the Hub: another export)."
+        ),
+    ] = False,
     root: RootOption = None,
     json: JsonOption = False,
     quiet: QuietOption = False,

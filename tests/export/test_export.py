@@ -433,6 +433,33 @@ def test_a_file_export_never_replaces_a_folder(to: str, golden: Dataset, tmp_pat
     assert runner.invoke(app, ["export", golden.name, str(folder / "g.out"), "--to", to]).exit_code == 0
 
 
+@pytest.mark.parametrize("to", ["torchrl", "rlds", "lerobot", "minari", "amago"])
+def test_a_folder_export_replaces_only_an_earlier_export(to: str, golden: Dataset, tmp_path: Path) -> None:
+    """``rlds export NAME results --to rlds --force`` removed the folder ``results`` and every file
+    in it (and a file named as OUT); ``--force`` replaces an empty folder or an earlier export of
+    that format only."""
+    if to == "rlds":
+        pytest.importorskip("crc32c")
+    if to == "lerobot":
+        pytest.importorskip("pyarrow")
+    if to == "minari":
+        pytest.importorskip("minari")
+    folder, file, empty = tmp_path / "results-v0", tmp_path / "notes-v0", tmp_path / "empty-v0"  # minari ids
+    (folder / "run1").mkdir(parents=True)
+    (folder / "results.csv").write_text("keep")
+    file.write_text("keep")
+    for out, says in ((folder, "is a folder that holds no earlier export"), (file, "is a file")):
+        result = runner.invoke(app, ["export", golden.name, str(out), "--to", to, "--force"])
+        assert result.exit_code == 1, result.output
+        assert result.stderr.startswith(f"error: {out} {says}"), result.output
+    assert (folder / "results.csv").read_text() == "keep" and (folder / "run1").is_dir()
+    assert file.read_text() == "keep"
+    empty.mkdir()
+    for _ in range(2):  # an empty folder, then the export it became
+        result = runner.invoke(app, ["export", golden.name, str(empty), "--to", to, "--force"])
+        assert result.exit_code == 0, result.output
+
+
 def test_a_dict_action_is_refused_by_the_formats_of_one_action_array(tmp_path: Path) -> None:
     """``action/<k>`` keys (a dict action space) gave 'unexpected KeyError' in d4rl, npz, robomimic
     and amago, and a torchrl export that rlds could not read back."""
