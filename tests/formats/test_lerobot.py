@@ -706,3 +706,18 @@ def test_image_features_by_path_only_are_refused(v3: Path) -> None:
     i = table.column_names.index("observation.image")
     pq.write_table(table.set_column(i, "observation.image", paths), root / DATA)
     refused(download(root, "img"), "image column 'observation.image' names files by path")
+
+
+def test_a_vast_shape_in_info_json_is_refused_naming_the_feature(tmp_path: Path) -> None:
+    """A ``meta/info.json`` declaring ``observation.state`` of 200 million values was refused as
+    "'rows' declares ... bytes": a key no file has, and no word of info.json."""
+    src = _state_only(tmp_path / "s", 12)
+    info = _info(src)
+    info["features"]["observation.state"]["shape"] = [200_000_000]
+    _write_info(src, info)
+    refused(
+        download(src, "lr"),
+        str(src / DATA),
+        "by meta/info.json's shapes, the largest 'observation.state' [200000000]",
+        "a decompression bomb",
+    )

@@ -592,10 +592,18 @@ class EpisodeTables:
                     f"(episodes {eps[0].index}..{eps[-1].index})"
                 )
             if not row_bytes:
-                row_bytes = sum(
-                    declared_bytes(f.shape, np.dtype(np.float64)) for f in self.plan.columns
-                ) + declared_bytes((), np.dtype(np.int64))
-            # untrusted input: a small file cannot declare a vast number of rows (RLE of zeros)
+                sizes = {f.name: declared_bytes(f.shape, np.dtype(np.float64)) for f in self.plan.columns}
+                row_bytes = sum(sizes.values()) + declared_bytes((), np.dtype(np.int64))
+                largest = max(self.plan.columns, key=lambda f: sizes[f.name], default=None)
+                by = f"{INFO_FILE.as_posix()}'s shapes" + (
+                    "" if largest is None else f", the largest {largest.name!r} {list(largest.shape)}"
+                )
+            # untrusted input: a small file cannot declare a vast number of rows (RLE of zeros),
+            # nor info.json vast rows
             check_declared(
-                path, "rows", meta.num_rows * row_bytes, path.stat().st_size, how="compresses into"
+                f"{path} ({meta.num_rows:,} rows by {by})",
+                None,
+                meta.num_rows * row_bytes,
+                path.stat().st_size,
+                how="compresses into",
             )
