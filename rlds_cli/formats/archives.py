@@ -155,7 +155,7 @@ def _copy(src: IO[bytes], target: Path, budget: _Budget, name: str) -> None:
                 out.write(chunk)
             except OSError as exc:
                 raise (from_os_error(exc) or exc) from exc
-    except FileExistsError:
+    except _CLASHES:
         raise
     except OSError as exc:
         if out is None:  # creating the target failed: the destination's fault, not the archive's
@@ -164,6 +164,24 @@ def _copy(src: IO[bytes], target: Path, budget: _Budget, name: str) -> None:
     finally:
         if out is not None:
             out.close()
+
+
+def _clash(archive: Path, name: str, target: Path, dest: Path, folder: bool = False) -> UnsafeArchiveError:
+    """The error for member ``name`` (a ``folder``, else a file) whose ``target`` under ``dest``
+    clashes with an earlier member: the same path twice, a path under a file, or one path as a
+    file and a folder."""
+    for parent in reversed(target.relative_to(dest).parents[:-1]):
+        if (dest / parent).exists() and not (dest / parent).is_dir():
+            return UnsafeArchiveError(
+                f"{archive}: member {name!r} lies under {parent.as_posix()!r}, which the archive "
+                "holds as a file"
+            )
+    if target.is_dir() != folder:
+        return UnsafeArchiveError(f"{archive}: member {name!r} is a file and a folder")
+    return UnsafeArchiveError(f"{archive}: member {name!r} appears twice")
+
+
+_CLASHES = (FileExistsError, NotADirectoryError, IsADirectoryError)
 
 
 def _open_archive_file(archive: Path) -> IO[bytes]:
@@ -213,7 +231,10 @@ def _extract_zip(archive: Path, dest: Path, limits: Limits) -> int:
         for info in infos:
             target = safe_member_path(archive, info.filename, dest)
             if info.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
+                try:
+                    target.mkdir(parents=True, exist_ok=True)
+                except _CLASHES:
+                    raise _clash(archive, info.filename, target, dest, folder=True) from None
                 continue
             done_compressed += info.compress_size
             try:
@@ -222,8 +243,8 @@ def _extract_zip(archive: Path, dest: Path, limits: Limits) -> int:
             except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
                 if isinstance(exc, RldsError):  # a full disk, an unwritable destination
                     raise
-                if isinstance(exc, FileExistsError):
-                    raise UnsafeArchiveError(f"{archive}: member {info.filename!r} appears twice") from exc
+                if isinstance(exc, _CLASHES):
+                    raise _clash(archive, info.filename, target, dest) from None
                 raise SourceFormatError(
                     f"{archive}: member {info.filename!r} is damaged (truncated or corrupt?): {exc}"
                 ) from exc
@@ -260,7 +281,10 @@ def _extract_tar(archive: Path, dest: Path, limits: Limits) -> int:
                         f"{archive}: member {member.name!r} is a link (to {member.linkname!r}); refused"
                     )
                 if member.isdir():
-                    target.mkdir(parents=True, exist_ok=True)
+                    try:
+                        target.mkdir(parents=True, exist_ok=True)
+                    except _CLASHES:
+                        raise _clash(archive, member.name, target, dest, folder=True) from None
                     continue
                 if not member.isfile():
                     raise UnsafeArchiveError(
@@ -273,8 +297,8 @@ def _extract_tar(archive: Path, dest: Path, limits: Limits) -> int:
                     continue
                 try:
                     _copy(src, target, budget, member.name)
-                except FileExistsError as exc:
-                    raise UnsafeArchiveError(f"{archive}: member {member.name!r} appears twice") from exc
+                except _CLASHES:
+                    raise _clash(archive, member.name, target, dest) from None
     except (tarfile.TarError, EOFError, OSError, lzma.LZMAError, zlib.error) as exc:
         raw.close()
         if isinstance(exc, RldsError):  # a full disk, an unwritable destination, an unsafe member

@@ -107,6 +107,48 @@ BAD_CASES = {
 }
 
 
+def _tar_dir_after_file(path: Path) -> Path:
+    with tarfile.open(path, "w") as t:
+        info = tarfile.TarInfo("d")
+        info.size = 1
+        t.addfile(info, io.BytesIO(b"x"))
+        folder = tarfile.TarInfo("d")
+        folder.type = tarfile.DIRTYPE
+        t.addfile(folder)
+    return path
+
+
+#: Members whose paths clash with an earlier member's; "appears twice" named a path that did not.
+CLASH_CASES = {
+    "tar-under-a-file": (
+        lambda p: _tar(p / "a.tar", {"d": b"x", "d/x.npz": b"y"}),
+        "member 'd/x.npz' lies under 'd', which the archive holds as a file",
+    ),
+    "tar-folder-over-a-file": (
+        lambda p: _tar_dir_after_file(p / "a.tar"),
+        "member 'd' is a file and a folder",
+    ),
+    "zip-under-a-file": (
+        lambda p: _zip(p / "a.zip", {"d": b"x", "d/e/x.npz": b"y"}),
+        "member 'd/e/x.npz' lies under 'd', which the archive holds as a file",
+    ),
+    "zip-twice": (
+        lambda p: _zip(p / "a.zip", {"x.npz": b"x", "./x.npz": b"y"}),
+        "member './x.npz' appears twice",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLASH_CASES))
+def test_members_that_clash_are_named_for_what_they_are(
+    tmp_path: Path, isolated_cache: Path, case: str
+) -> None:
+    make, want = CLASH_CASES[case]
+    with pytest.raises(UnsafeArchiveError) as info:
+        convert(make(tmp_path), "bad", format="ogbench")
+    assert str(info.value).endswith(want), str(info.value)
+
+
 @pytest.mark.parametrize("case", sorted(BAD_CASES))
 def test_unsafe_archives_refused(tmp_path: Path, isolated_cache: Path, case: str) -> None:
     archive = BAD_CASES[case](tmp_path)
