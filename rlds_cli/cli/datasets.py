@@ -370,7 +370,12 @@ def _render_histogram(
     out.print(f"[bold]{label}[/]")
     for count, lo, hi in zip(counts, edges[:-1], edges[1:], strict=True):
         bar = block * round(width * count / top)
-        span = f"{math.ceil(lo):>10,} .. {math.floor(hi):<10,}" if integers else f"{lo:>10.4g} .. {hi:<10.4g}"
+        if not integers:
+            span = f"{lo:>10.4g} .. {hi:<10.4g}"
+        elif math.ceil(lo) == math.floor(hi):  # a bin of one length
+            span = f"{math.ceil(lo):>10,}    {'':<10}"
+        else:
+            span = f"{math.ceil(lo):>10,} .. {math.floor(hi):<10,}"
         out.print(f"  {span} {bar} {count}")
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from rlds_cli.cache.blocks import Budget
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cli.app import app
-from rlds_cli.inspection.summary import describe, histogram, key_statistics
+from rlds_cli.inspection.summary import describe, histogram, key_statistics, length_histogram
 from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import write_d4rl
 
@@ -67,6 +67,18 @@ def test_histogram() -> None:
         "edges": [1.0, 2.0, 3.0, 4.0],
     }
     assert histogram(np.array([])) == {"counts": [], "edges": []}
+
+
+def test_length_bins_are_whole_numbers_and_end_at_the_longest() -> None:
+    """Lengths 10..100 in 20 bins of 5: the last bin was drawn "100 .. 104" (no episode is longer
+    than 100)."""
+    lengths = np.array([10, 11, 25, 60, 100, 100])
+    hist = length_histogram(lengths, bins=20)
+    edges = np.array(hist["edges"])
+    assert edges[0] == 9.5 and edges[-1] == 100.5
+    assert np.all(np.diff(edges)[:-1] == 5) and 0 < edges[-1] - edges[-2] <= 5
+    assert sum(hist["counts"]) == 6 and hist["counts"][-1] == 2
+    assert length_histogram(np.array([7, 7]))["edges"] == [6.5, 7.5]
 
 
 def test_describe_histograms_and_compression(tmp_path: Path) -> None:
