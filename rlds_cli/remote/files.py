@@ -206,22 +206,30 @@ class RemoteFiles:
             raise CorruptDatasetError(f"{self.where(rel)} has no per-block digests in {INDEX_FILE}")
         if got == want and len(data) == size:
             return crc
+        if len(data) != size:
+            raise self.damage(
+                f"{self.where(rel)} differs from the file pushed: block {block} has {len(data):,} bytes, "
+                f"the push's index makes it {size:,}"
+            )
+        raise self.damage(
+            f"{self.where(rel)} differs from the file pushed: block {block} has {what} {got}, "
+            f"the push recorded {want} in its files index (the file or the index is damaged)"
+        )
+
+    def damage(self, message: str) -> CorruptDatasetError | DatasetReplacedError:
+        """The error for a file of the store that is not as pushed (missing, short, other bytes):
+        :class:`DatasetReplacedError` where the manifest at the URL changed since this dataset was
+        opened (a ``push --force`` under the reader: open it again), else the damage ``message``
+        with the hint to push again (``rlds verify`` takes a cached dataset, not a store)."""
         if self.manifest_now() != self.manifest_bytes:
-            raise DatasetReplacedError(
+            return DatasetReplacedError(
                 f"dataset at {self.url} was replaced (or removed) while it was open",
                 hint="a push --force replaced it; open it again",
             )
-        if len(data) != size:
-            raise CorruptDatasetError(
-                f"{self.where(rel)} differs from the file pushed: block {block} has {len(data):,} bytes, "
-                f"the push's index makes it {size:,}",
-                hint=REPUSH_HINT,
-            )
-        raise CorruptDatasetError(
-            f"{self.where(rel)} differs from the file pushed: block {block} has {what} {got}, "
-            f"the push recorded {want} in its files index (the file or the index is damaged)",
-            hint=REPUSH_HINT,
-        )
+        return CorruptDatasetError(message, hint=REPUSH_HINT)
+
+    def _missing(self, rel: str) -> CorruptDatasetError | DatasetReplacedError:
+        return self.damage(f"{self.where(rel)} is missing, though {INDEX_FILE} lists it")
 
     def fetch(
         self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int], *, verify: bool = True
@@ -264,14 +272,16 @@ class RemoteFiles:
         total = 0
         for (rel, g_start, g_end, members), blob in zip(groups, blobs, strict=True):
             if isinstance(blob, FileNotFoundError):
-                raise CorruptDatasetError(f"{self.where(rel)} is missing, though {INDEX_FILE} lists it")
+                raise self._missing(rel)
+            if isinstance(blob, BaseException) and store.past_the_end(blob):  # the Hub's 416
+                blob = b""
             if isinstance(blob, BaseException):
                 with store.translated(self.url):
                     raise blob
             if len(blob) != g_end - g_start:
                 what = "is shorter than the file pushed" if len(blob) < g_end - g_start else (
                     "gave more bytes than asked")  # fmt: skip
-                raise CorruptDatasetError(
+                raise self.damage(
                     f"{self.where(rel)} {what} (bytes {g_start}-{g_end} asked, {len(blob)} read)"
                 )
             if verify:
@@ -326,9 +336,7 @@ class RemoteFiles:
             try:
                 data = bytes(self.fs.cat_file(store.join(self.base, rel)))
             except FileNotFoundError:
-                raise CorruptDatasetError(
-                    f"{self.where(rel)} is missing, though {INDEX_FILE} lists it"
-                ) from None
+                raise self._missing(rel) from None
         self._count(1, len(data))
         self._verify(rel, len(data), hashlib.sha256(data).hexdigest())
         return data
@@ -337,11 +345,10 @@ class RemoteFiles:
         entry = self.index.files[rel]
         if size != entry.size or sha != entry.sha256:
             found = f"{size} bytes" if size != entry.size else f"sha256 {sha}"
-            raise CorruptDatasetError(
+            raise self.damage(
                 f"{self.where(rel)} differs from the file pushed: {found}, the push recorded "
                 f"{entry.size} bytes, sha256 {entry.sha256} in its files "
-                "index (the file or the index is damaged)",
-                hint=REPUSH_HINT,
+                "index (the file or the index is damaged)"
             )
 
     # ------------------------------------------------------------------ the file cache
@@ -395,10 +402,15 @@ class RemoteFiles:
                 try:
                     self.fs.get([store.join(self.base, r) for r in todo], [str(p) for p in parts])
                 except FileNotFoundError as exc:
-                    gone = next((r for r in todo if r in str(exc)), todo[0])
-                    raise CorruptDatasetError(
-                        f"{self.where(gone)} is missing, though {INDEX_FILE} lists it"
-                    ) from None
+                    raise self._missing(next((r for r in todo if r in str(exc)), todo[0])) from None
+                except OSError as exc:
+                    checked = store.hub_size_check(exc)  # the Hub client's own size check
+                    if checked is None:
+                        raise
+                    size, tail = checked
+                    rel = next((r for r in todo if store.join(self.base, r).endswith(tail)), todo[0])
+                    self._verify(rel, size, "")
+                    raise  # the Hub's record, not the push's, differs: the store's failure
             total = 0
             for rel, part in zip(todo, parts, strict=True):
                 size = part.stat().st_size

@@ -258,6 +258,28 @@ def access_error(url: str, exc: BaseException, *, write: bool = False) -> Remote
     )
 
 
+_HUB_SIZE_CHECK = re.compile(
+    r"Consistency check failed: file should be of size (\d+) but has size (\d+) \((.*)\)\."
+)
+
+
+def hub_size_check(exc: BaseException) -> tuple[int, str] | None:
+    """The size found and the (tail of the) file's name when ``exc`` is huggingface_hub's own size
+    check of a download failing (a plain ``OSError``; the file differs from what the Hub
+    recorded), else ``None``."""
+    found = _HUB_SIZE_CHECK.search(str(exc)) if isinstance(exc, OSError) else None
+    return None if found is None else (int(found.group(2)), found.group(3).removeprefix("(\u2026)"))
+
+
+def past_the_end(exc: BaseException) -> bool:
+    """Whether ``exc`` is a store's answer that a range starts past the end of its file (HTTP 416:
+    the file is shorter than asked)."""
+    from rlds_cli.net.hub import http_error
+
+    cause = http_error(exc) or exc
+    return getattr(getattr(cause, "response", None), "status_code", None) == 416
+
+
 def _hub_error(url: str, cause: BaseException, write: bool) -> RemoteAccessError:
     """:func:`access_error` of the Hub's client exception ``cause``."""
     from rlds_cli.net.hub import UNREACHABLE_HINT, unreachable_message

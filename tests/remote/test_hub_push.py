@@ -361,3 +361,34 @@ def test_a_growing_dataset_pushed_after_compaction_leaves_no_old_segment(hub: Hu
     assert f"`{command}`" in card
     result = runner.invoke(app, [*command.split()[1:], "--name", "g3"])
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("cut", ["10 bytes short", "cut to 10 bytes"])
+def test_a_hub_file_of_another_size_is_damage_by_name(hub: HubStandin, cut: str, tmp_path: Path) -> None:
+    """The Hub client checks a download's size itself: a file served shorter than pushed was "the
+    store failed ... check the URL, the endpoint and the credentials" (pull, a file-cached read)
+    or "HTTP 416, run the same command again later" (a read past the file's end)."""
+    from rlds_cli import open_dataset
+    from rlds_cli.errors import CorruptDatasetError, RemoteCorruptError
+
+    make_demo("demo", "zarr")
+    push("demo", URL)
+    files = main_files(hub)
+    path = max((p for p in files if p.startswith("demo/arrays/")), key=lambda p: len(files[p]))
+    good = files[path]
+    hub.corrupt[path] = good[:-10] if cut == "10 bytes short" else good[:10]
+    size = len(hub.corrupt[path])
+    where = f"{URL}/{path.removeprefix('demo/')}"
+    with pytest.raises(RemoteCorruptError, match=f"differs from the file pushed: {size} bytes") as info:
+        pull(URL, root=CacheRoot(tmp_path / "other"))
+    assert str(info.value).startswith(where) and "rlds push" in info.value.hint
+    for kwargs in ({"cache": tmp_path / "files"}, {}):
+        remote = open_dataset(URL, **kwargs)
+        with pytest.raises(CorruptDatasetError) as info:
+            for key in remote.manifest.fields:
+                np.asarray(remote.column(key))
+        assert str(info.value).startswith(where), str(info.value)
+        assert "differs from the file pushed" in str(info.value) or "is shorter than the file pushed" in str(
+            info.value
+        )
+        assert "rlds push" in info.value.hint

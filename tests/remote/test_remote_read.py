@@ -293,8 +293,9 @@ def test_a_missing_or_changed_remote_file_is_named(local: Dataset, tmp_path: Pat
     victim = "/bucket/ds/z/arrays/pixels/c/2/0/0/0"
     fs.rm(victim)
     assert z.check_files() == [f"memory:/{victim} is missing, though rlds-files.json lists it"]
-    with pytest.raises(CorruptDatasetError, match=f"memory:/{victim} is missing"):
+    with pytest.raises(CorruptDatasetError, match=f"memory:/{victim} is missing") as info:
         open_dataset(URL).column("pixels")[np.arange(local.num_steps)]
+    assert "rlds push NAME URL --force" in info.value.hint  # was "run 'rlds verify NAME'": no URL
     # a changed byte: caught by the sha256 of the cached copy, and by the content digest
     data = bytearray(local.column("pixels")[:].tobytes())
     fs.pipe_file(victim, bytes(data[:40]))
@@ -347,6 +348,25 @@ def test_a_push_force_during_a_read_is_detected_never_mixed(
         z.gather(rows[:2], keys=["state"])  # any later read too
     fresh = open_dataset(URL, cache=tmp_path / "c" if cached else None)  # the new version, whole
     assert_same(fresh.gather(rows), open_dataset("z").gather(rows))
+
+
+@pytest.mark.parametrize("cache", ["none", "files", "blocks"])
+def test_a_file_a_push_force_removed_or_changed_is_a_replacement_not_damage(
+    local: Dataset, cache: str, tmp_path: Path
+) -> None:
+    """After a ``push --force`` of a shorter version under an open reader, reading a file the new
+    version lacks said "is missing, though rlds-files.json lists it" (with the file cache: "differs
+    from the file pushed") and a hint to push again: damage, where the reader is to open it again."""
+    kwargs: dict[str, Any] = {} if cache == "none" else {"cache": tmp_path / "c"}
+    if cache == "blocks":
+        kwargs["cache_limit"] = "64M"
+    z = open_dataset(URL, **kwargs)
+    z.gather(np.arange(2), keys=["state"])
+    build("z", "zarr", lengths=(13, 1, 29, 5, 3, 2), seed=8)  # fewer steps, other values
+    push("z", URL, force=True)
+    for rows in (np.arange(20, 30), np.arange(80, 90)):  # changed files, then files now gone
+        with pytest.raises(DatasetReplacedError, match="replaced \\(or removed\\) while it was open"):
+            z.gather(rows, keys=["state", "pixels"])
 
 
 def test_a_removed_manifest_stops_reads() -> None:
