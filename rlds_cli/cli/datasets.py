@@ -9,7 +9,6 @@ stats``) and in the registry (``rlds list --remote``, ``rlds info``, nothing dow
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -481,7 +480,7 @@ def score(
                             "normalized_scores": scores})  # fmt: skip
         return
     if quiet:
-        sys.stdout.write("".join(f"{s:.6g}\n" for s in scores))
+        output.write_out("".join(f"{s:.6g}\n" for s in scores))
         return
     out = output.console
     out.print(output.escape(

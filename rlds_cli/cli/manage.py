@@ -294,7 +294,7 @@ def path(
     if json:
         output.print_json({"name": resolved, "path": str(directory)})
         return
-    sys.stdout.write(f"{directory}\n")
+    output.write_out(f"{directory}\n")
 
 
 @handle_errors

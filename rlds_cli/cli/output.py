@@ -19,6 +19,7 @@ import functools
 import json
 import logging
 import math
+import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -46,8 +47,37 @@ from typer._click.exceptions import ClickException  # typer vendors click: its u
 from rlds_cli import settings
 from rlds_cli.errors import GYMNASIUM_INSTALL, MissingExtraError, RldsError, from_os_error
 
+
+def silence_stdout() -> None:
+    """Send what is left of stdout to /dev/null: its reader closed the pipe (``rlds list | head
+    -1``). The command goes on and ends with its own exit code (rich exits 1 without a word,
+    which failed ``set -o pipefail`` scripts that read only a first line)."""
+    with contextlib.suppress(OSError, ValueError):  # no stdout descriptor at all: nothing to do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+class _Stdout(Console):
+    """The stdout console: a closed pipe silences it (:func:`silence_stdout`)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        silence_stdout()
+
+
+def write_out(text: str) -> None:
+    """Write plain ``text`` to stdout and flush it; a closed pipe silences stdout
+    (:func:`silence_stdout`) instead of failing the command."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+
+
 # Rich honours NO_COLOR and drops styling when stdout is not a terminal.
-console = Console(highlight=False)
+console = _Stdout(highlight=False)
 
 
 err_console = Console(stderr=True, highlight=False)
@@ -60,8 +90,7 @@ GLYPHS = {"block": ("█", "#"), "arrow": ("→", "->"), "ellipsis": ("…", "..
 def print_json(data: Any) -> None:
     """Write one JSON document to stdout, unstyled and unwrapped (for pipes and scripts): strict
     JSON, a float that is not finite (NaN, infinity) written as ``null``."""
-    sys.stdout.write(json.dumps(_finite(data), indent=2, default=str, allow_nan=False) + "\n")
-    sys.stdout.flush()
+    write_out(json.dumps(_finite(data), indent=2, default=str, allow_nan=False) + "\n")
 
 
 def _finite(value: Any) -> Any:
@@ -367,7 +396,9 @@ __all__ = [
     "print_table",
     "progress_bar",
     "protect_streams",
+    "silence_stdout",
     "warn",
+    "write_out",
 ]
 
 

@@ -64,7 +64,8 @@ def export(
     force: Annotated[
         bool,
         force_option(
-            "Replace OUT if it is an earlier export of that format, or an empty folder (on the Hub: another export)."
+            "Replace OUT if it is an earlier export of that format or an empty folder "
+            "(on the Hub: another export)."
         ),
     ] = False,
     root: RootOption = None,

@@ -347,3 +347,22 @@ def test_score_refuses_a_return_that_is_not_finite() -> None:
         result = runner.invoke(app, ["score", "hopper-medium-v2", value])
         assert result.exit_code == 2, result.output
         assert f"{float(value)} is not a finite return" in result.stderr, result.stderr
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_the_output_not_the_command(tmp_path: Path) -> None:
+    """``rlds inspect NAME | head -1`` exited 1 without a word (rich's broken-pipe rule): a
+    ``set -o pipefail`` script reading a first line stopped there."""
+    source = golden_three_episodes(tmp_path / "g.hdf5", with_next=False)
+    env = {k: v for k, v in os.environ.items() if k != "RLDS_HOME"} | {"RLDS_HOME": str(tmp_path / "home")}
+    cli = [sys.executable, "-c", "from rlds_cli.cli.app import main; main()"]
+    made = subprocess.run([*cli, "download", str(source), "--name", "g", "-q"], env=env, cwd=ROOT)
+    assert made.returncode == 0
+    for args in (["inspect", "g"], ["inspect", "g", "--json"], ["path", "g"], ["list"]):
+        child = subprocess.Popen(
+            [*cli, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT
+        )
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.close()  # the reader is gone before the command writes a line
+        err = child.stderr.read()
+        assert child.wait() == 0, (args, err)
+        assert err == b"", (args, err)

@@ -110,7 +110,8 @@ def test_an_on_off_variable_is_on_off_or_refused(monkeypatch: pytest.MonkeyPatch
         "RLDS_NUMBA": settings.numba_enabled,
         "RLDS_OFFLINE": settings.offline,
     }[name]
-    for raw, want in [("1", True), ("ON", True), (" yes ", True), ("0", False), ("False", False), ("off", False)]:
+    pairs = [("1", True), ("ON", True), (" yes ", True), ("0", False), ("False", False), ("off", False)]
+    for raw, want in pairs:
         monkeypatch.setenv(name, raw)
         assert read() is want
     monkeypatch.setenv(name, "maybe")  # was on, without a word
