@@ -587,8 +587,10 @@ def from_os_error(exc: OSError) -> RldsError | None:
     found = _os_errors().get(exc.errno or 0)
     if found is None:
         return None
+    from rlds_cli._util.io import named_by_temp  # here: _util.io imports this module
+
     cls, what = found
-    where = exc.filename if exc.filename is not None else "(unknown file)"
+    where = named_by_temp(str(exc.filename)) if exc.filename is not None else "(unknown file)"
     hint = None
     if cls is CacheNotWritableError:
         hint = (

@@ -44,6 +44,19 @@ def temp_path(path: Path, *, unique: bool = True, suffix: str = ".tmp", thread: 
     return path.with_name(f".{path.name}{writer}{suffix}")
 
 
+#: The name :func:`temp_path` gives a unique temporary file (``.tmp`` or an export's ``.partial``).
+_TEMP_NAME = re.compile(r"\.(.+)\.\d+\.\d+\.(?:tmp|partial)")
+
+
+def named_by_temp(path: str | os.PathLike[str]) -> str:
+    """The path a unique temporary name of :func:`temp_path` stands for (``dir/.out.npz.12.34.partial``
+    -> ``dir/out.npz``), for messages: users never named the temporary one; any other path as it is."""
+    text = os.fspath(path)
+    head, _, name = text.rpartition("/")
+    match = _TEMP_NAME.fullmatch(name)
+    return text if match is None else f"{head}/{match.group(1)}" if head else match.group(1)
+
+
 def temp_paths_of(path: Path, *, suffix: str = ".tmp") -> Iterator[tuple[Path, int]]:
     """The unique temporary names of :func:`temp_path` found beside ``path``, each with the pid of
     the process that made it (whether that process still runs is the caller's question)."""

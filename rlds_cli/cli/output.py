@@ -468,7 +468,10 @@ def handle_errors(func: F) -> F:
             error(exc.message, exc.hint)
             raise typer.Exit(1) from None
         except (ModuleNotFoundError, OSError) as exc:  # a missing extra, a full disk...
-            known = missing_module_error(exc) if isinstance(exc, ModuleNotFoundError) else from_os_error(exc)
+            if isinstance(exc, ModuleNotFoundError):
+                known = missing_module_error(exc)
+            else:
+                known = from_os_error(exc) or _path_gone(exc)
             if known is None or settings.debug():
                 raise _unexpected(exc) from None
             error(known.message, known.hint)
@@ -480,6 +483,22 @@ def handle_errors(func: F) -> F:
             raise _unexpected(exc) from None
 
     return cast(F, wrapper)  # functools.wraps: the same call signature as func
+
+
+def _path_gone(exc: OSError) -> RldsError | None:
+    """A path the command made or wrote that the system says is not there (a folder removed
+    while the command ran, one under ``/proc`` that cannot hold files): named as the user named
+    it (never a temporary name); ``None`` for any other error."""
+    from rlds_cli._util.io import named_by_temp
+    from rlds_cli.errors import CacheNotWritableError
+
+    if not isinstance(exc, FileNotFoundError) or exc.filename is None:
+        return None
+    return CacheNotWritableError(
+        f"no such file or folder: {named_by_temp(str(exc.filename))}",
+        hint="a folder on that path is missing, was removed while the command ran, or cannot hold "
+        "files (/proc, /sys): pick another path",
+    )
 
 
 def _unexpected(exc: Exception) -> BaseException:

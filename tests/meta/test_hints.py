@@ -698,3 +698,38 @@ def test_os_errors_a_user_can_fix_are_one_line_through_the_cli(
     assert "RLDS_HOME" in hint
     translated = errors.from_os_error(OSError(code, os.strerror(code), str(where)))
     assert type(translated) is cls
+
+
+def test_an_os_error_names_the_path_the_user_gave_not_a_temporary_one(tmp_path: Path) -> None:
+    """A read-only or vanished export folder said ``permission denied: .../.out.npz.5388.1398.partial``:
+    a hidden name the user never gave."""
+    import errno
+
+    from rlds_cli._util.io import named_by_temp, temp_path
+    from rlds_cli.errors import from_os_error
+
+    out = tmp_path / "out.npz"
+    for suffix in (".tmp", ".partial"):
+        assert named_by_temp(temp_path(out, suffix=suffix)) == str(out)
+    assert named_by_temp(tmp_path / ".hidden.tmp") == str(tmp_path / ".hidden.tmp")  # no writer id
+    assert named_by_temp("plain.txt") == "plain.txt"
+    hidden = OSError(errno.EROFS, "Read-only file system", str(temp_path(out, suffix=".partial")))
+    known = from_os_error(hidden)
+    assert known is not None and known.message == f"read-only filesystem: {out}"
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, a folder that holds no new files")
+def test_a_path_that_cannot_hold_files_is_one_line_naming_it(tmp_path: Path) -> None:
+    """``RLDS_HOME=/proc/x rlds demo`` and ``rlds export NAME /proc/out.npz`` said "unexpected
+    FileNotFoundError" (the export naming its temporary file)."""
+    from rlds_cli.sources.convert import convert
+    from tests.d4rl_fixtures import golden_three_episodes
+
+    convert(golden_three_episodes(tmp_path / "g.hdf5", with_next=False), "g")
+    runner = CliRunner()
+    result = runner.invoke(app, ["export", "g", "/proc/out.npz", "--to", "npz"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines()[0] == "error: no such file or folder: /proc/out.npz"
+    result = runner.invoke(app, ["download", str(tmp_path / "g.hdf5"), "--root", "/proc/rlds-cache"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines()[0] == "error: no such file or folder: /proc/rlds-cache"
