@@ -211,9 +211,29 @@ def seed() -> int | None:
     raw = os.environ.get("RLDS_SEED", "").strip()
     if not raw:
         return None
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):  # "²".isdigit(), and int() refuses it
         raise _bad("RLDS_SEED", raw, "a non-negative integer such as 1234")
     return int(raw)
+
+
+def hf_endpoint() -> str:
+    """The Hugging Face Hub's base URL, without a trailing slash: ``RLDS_HF_ENDPOINT``, else
+    ``HF_ENDPOINT``, else https://huggingface.co.
+
+    Raises:
+        SettingError: The variable set is not an http(s) URL with a host (``notaurl`` was tried
+            as an address and reported as a network failure).
+    """
+    from urllib.parse import urlsplit
+
+    for name in ("RLDS_HF_ENDPOINT", "HF_ENDPOINT"):
+        raw = os.environ.get(name, "").strip()
+        if raw:
+            parts = urlsplit(raw)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise _bad(name, raw, "an http(s) URL such as https://huggingface.co")
+            return raw.rstrip("/")
+    return "https://huggingface.co"
 
 
 def remote_cache() -> str | None:

@@ -468,6 +468,7 @@ def handle_errors(func: F) -> F:
             error(exc.message, exc.hint)
             raise typer.Exit(1) from None
         except (ModuleNotFoundError, OSError) as exc:  # a missing extra, a full disk...
+            known: RldsError | None
             if isinstance(exc, ModuleNotFoundError):
                 known = missing_module_error(exc)
             else:

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+from rlds_cli import settings
 from rlds_cli._util.io import atomic_write, sha256_file
 from rlds_cli._util.locks import FileLock
 from rlds_cli._util.tfds_layout import FEATURES_FILE, INFO_FILE, is_shard_name, one_tfds_folder, shard_split
@@ -149,12 +150,8 @@ def parse_hf_url(source: str) -> HubPath:
 
 def endpoint() -> str:
     """The Hub's base URL, read at each call (the client reads ``HF_ENDPOINT`` once, at import):
-    ``RLDS_HF_ENDPOINT``, else ``HF_ENDPOINT``, else https://huggingface.co."""
-    return (
-        os.environ.get("RLDS_HF_ENDPOINT", "").rstrip("/")
-        or os.environ.get("HF_ENDPOINT", "").rstrip("/")
-        or "https://huggingface.co"
-    )
+    :func:`rlds_cli.settings.hf_endpoint`."""
+    return settings.hf_endpoint()
 
 
 #: The hint for a Hub that cannot be reached, shared by every command that talks to it.

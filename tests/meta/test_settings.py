@@ -26,11 +26,12 @@ READERS: dict[str, Callable[[], Any]] = {
     "RLDS_ARCHIVE_MAX_RATIO": lambda: settings.archive_max_ratio(200.0),
     "RLDS_SOURCE_MAX_RATIO": lambda: settings.source_max_ratio(100.0),
     "RLDS_SIDE_ARRAY_MAX_BYTES": lambda: settings.side_array_max_bytes(64 << 20),
+    "RLDS_HF_ENDPOINT": settings.hf_endpoint,
 }
 
 
 @pytest.mark.parametrize("name", sorted(READERS))
-@pytest.mark.parametrize("bad", ["soon", "nan", "-3", "1,2,3"])
+@pytest.mark.parametrize("bad", ["soon", "nan", "-3", "1,2,3", "\u00b2"])
 def test_a_bad_value_is_one_error_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch, name: str, bad: str
 ) -> None:
@@ -56,6 +57,7 @@ def test_a_bad_value_is_one_error_naming_the_variable(
         ("RLDS_ARCHIVE_MAX_BYTES", "1M", 1 << 20),
         ("RLDS_ARCHIVE_MAX_RATIO", "5000", 5000.0),
         ("RLDS_SIDE_ARRAY_MAX_BYTES", "4096", 4096),
+        ("RLDS_HF_ENDPOINT", "http://127.0.0.1:8080/", "http://127.0.0.1:8080"),
     ],
 )
 def test_good_values_are_read(monkeypatch: pytest.MonkeyPatch, name: str, value: str, want: Any) -> None:
