@@ -155,6 +155,11 @@ def write_episode_page(
     path = Path(out)
     if path.is_dir():
         raise ViewerError(f"cannot write the page to {path}: it is a folder", hint="name an .html file")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise ViewerError(
+            f"cannot write the page to {path}: {path.parent} is a file, not a folder",
+            hint="write the page elsewhere",
+        )
     if not path.parent.is_dir():
         raise ViewerError(
             f"cannot write the page to {path}: its folder {path.parent} does not exist",

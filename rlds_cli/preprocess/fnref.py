@@ -48,9 +48,19 @@ def split_ref(ref: str) -> tuple[str, str]:
     return module_part, name
 
 
-def _load_file_module(path: Path, ref: str) -> Any:
+def _check_source_file(path: Path, ref: str) -> None:
+    """Refuse a ``--fn`` path that is no file: missing, or a folder (it said "does not exist")."""
+    if path.is_dir():
+        raise FunctionImportError(
+            f"--fn {ref!r}: {path} is a folder, not a Python file",
+            hint="name the file that defines the function: path/to/file.py:function",
+        )
     if not path.is_file():
         raise FunctionImportError(f"--fn {ref!r}: file {path} does not exist")
+
+
+def _load_file_module(path: Path, ref: str) -> Any:
+    _check_source_file(path, ref)
     return _module_from_source(path, str(path.resolve()), path.read_bytes(), ref)
 
 
@@ -248,8 +258,7 @@ def file_source(ref: str) -> dict[str, Any] | None:
     if not _is_path_ref(module_part):
         return None
     path = Path(module_part).expanduser()
-    if not path.is_file():
-        raise FunctionImportError(f"--fn {ref!r}: file {path} does not exist")
+    _check_source_file(path, ref)
     source = path.read_bytes()
     return {
         "path": str(path),

@@ -184,11 +184,13 @@ def test_a_page_of_a_dataset_at_a_url_compares_frames_in_few_requests(
         (["ghost"], ["ghost"]),
         (["faulty", "-o", "{tmp}/missing/p.html"], ["its folder {tmp}/missing does not exist"]),
         (["faulty", "-o", "{tmp}"], ["it is a folder"]),
+        (["faulty", "-o", "{tmp}/notes.txt/p.html"], ["{tmp}/notes.txt is a file, not a folder"]),
     ],
 )
 def test_refusals_are_one_line_and_write_nothing(
     root: Path, tmp_path: Path, args: list[str], needles: list[str]
 ) -> None:
+    (tmp_path / "notes.txt").write_text("keep")  # said "its folder notes.txt does not exist"
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     if "-o" not in args:
         args += ["-o", str(tmp_path / "p.html")]

@@ -52,8 +52,9 @@ def medium() -> str:
         (f"{FNS}:NOT_CALLABLE", "'NOT_CALLABLE' is not callable"),
         ("no-colon-here", "is not of the form"),
         ("missing/file.py:f", "does not exist"),
+        ("tests/:f", "tests is a folder, not a Python file"),  # said "file tests does not exist"
     ],
-    ids=["bad-module", "bad-name", "not-callable", "malformed", "missing-file"],
+    ids=["bad-module", "bad-name", "not-callable", "malformed", "missing-file", "a-folder"],
 )
 def test_function_reference_errors(golden: str, ref: str, message: str) -> None:
     with pytest.raises(FunctionImportError, match=message) as info:
