@@ -19,24 +19,31 @@ from tests.frames_fixtures import frame_rows
 runner = CliRunner()
 
 
+def _d4rl_file(
+    path: Path, observations: np.ndarray, ends: list[int], **next_observations: np.ndarray
+) -> Path:
+    """A D4RL file of ``observations`` whose episodes end (time out) at rows ``ends``."""
+    rows = len(observations)
+    timeouts = np.zeros(rows, bool)
+    timeouts[ends] = True
+    return write_d4rl(
+        path,
+        observations=observations,
+        actions=np.zeros((rows, 2), np.float32),
+        rewards=np.ones(rows, np.float32),
+        terminals=np.zeros(rows, bool),
+        timeouts=timeouts,
+        **next_observations,
+    )
+
+
 @pytest.fixture
 def pixel_file(tmp_path: Path) -> tuple[Path, np.ndarray]:
     """A D4RL file of 2 episodes (5 and 4 steps) of 48x64 RGB camera frames."""
     frames = frame_rows(11)
     obs = np.concatenate([frames[:5], frames[6:10]])
     nxt = np.concatenate([frames[1:6], frames[7:11]])
-    timeouts = np.zeros(9, bool)
-    timeouts[[4, 8]] = True
-    path = write_d4rl(
-        tmp_path / "pix.hdf5",
-        observations=obs,
-        actions=np.zeros((9, 2), np.float32),
-        rewards=np.ones(9, np.float32),
-        terminals=np.zeros(9, bool),
-        timeouts=timeouts,
-        next_observations=nxt,
-    )
-    return path, frames
+    return _d4rl_file(tmp_path / "pix.hdf5", obs, [4, 8], next_observations=nxt), frames
 
 
 @pytest.mark.parametrize("mode", ["png", "webp", "raw", "keep"])
@@ -111,15 +118,7 @@ def test_a_codec_mode_that_encodes_nothing_says_why(
 ) -> None:
     """``--frames jpeg`` over RGBA frames, ``png`` over uint16 depth and any codec over low-dim
     data stored arrays without a word: the user saw no sign the mode did nothing."""
-    timeouts = np.array([False, True, False, True])
-    path = write_d4rl(
-        tmp_path / "odd.hdf5",
-        observations=frames,
-        actions=np.zeros((4, 2), np.float32),
-        rewards=np.ones(4, np.float32),
-        terminals=np.zeros(4, bool),
-        timeouts=timeouts,
-    )
+    path = _d4rl_file(tmp_path / "odd.hdf5", frames, [1, 3])
     result = download_ok(path, "odd", "--frames", mode)
     assert f"warning: --frames {mode}: {note}" in " ".join(result.output.split())
     assert open_dataset("odd").stored_fields["observation"].codec == "raw"
