@@ -45,7 +45,14 @@ from rich.text import Text
 from typer._click.exceptions import ClickException  # typer vendors click: its usage errors
 
 from rlds_cli import settings
-from rlds_cli.errors import GYMNASIUM_INSTALL, MissingExtraError, RldsError, from_os_error
+from rlds_cli._util.io import named_by_temp
+from rlds_cli.errors import (
+    GYMNASIUM_INSTALL,
+    CacheNotWritableError,
+    MissingExtraError,
+    RldsError,
+    from_os_error,
+)
 
 
 def silence_stdout() -> None:
@@ -490,9 +497,6 @@ def _path_gone(exc: OSError) -> RldsError | None:
     """A path the command made or wrote that the system says is not there (a folder removed
     while the command ran, one under ``/proc`` that cannot hold files): named as the user named
     it (never a temporary name); ``None`` for any other error."""
-    from rlds_cli._util.io import named_by_temp
-    from rlds_cli.errors import CacheNotWritableError
-
     if not isinstance(exc, FileNotFoundError) or exc.filename is None:
         return None
     return CacheNotWritableError(

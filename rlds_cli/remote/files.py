@@ -409,7 +409,8 @@ class RemoteFiles:
                         raise
                     size, tail = checked
                     rel = next((r for r in todo if store.join(self.base, r).endswith(tail)), todo[0])
-                    self._verify(rel, size, "")
+                    if size != self.index.files[rel].size:
+                        self._verify(rel, size, "")  # raises: the size differs from the push
                     raise  # the Hub's record, not the push's, differs: the store's failure
             total = 0
             for rel, part in zip(todo, parts, strict=True):

@@ -408,14 +408,17 @@ class ExporterContract:
             np.testing.assert_array_equal(got.reshape(want.shape), want, err_msg=key)
 
     def test_an_existing_output_is_kept_unless_overwrite(self, dataset: Dataset, tmp_path: Path) -> None:
+        """An earlier export (a folder export's, with a file of the user's added) stays without
+        ``overwrite`` and is replaced whole with it; a file export's file, whatever it holds."""
         out = self.out_path(tmp_path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(b"keep me")
+        export_dataset(dataset, out, self.format, options=self.options)
+        mine = out / "mine.txt" if out.is_dir() else out
+        mine.write_bytes(b"keep me")
         with pytest.raises(ExportError, match="already exists"):
             export_dataset(dataset, out, self.format, options=self.options)
-        assert out.read_bytes() == b"keep me"
+        assert mine.read_bytes() == b"keep me"
         export_dataset(dataset, out, self.format, overwrite=True, options=self.options)
-        assert out.exists() and (out.is_dir() or out.read_bytes() != b"keep me")
+        assert out.exists() and (not mine.exists() if out.is_dir() else out.read_bytes() != b"keep me")
 
     def test_an_export_broken_off_leaves_nothing(self, dataset: Dataset, tmp_path: Path) -> None:
         out = self.out_path(tmp_path)
