@@ -581,16 +581,16 @@ def is_disk_full(exc: BaseException) -> bool:
     return found is not None and int(found.group(1)) in full
 
 
-def from_os_error(exc: OSError) -> RldsError | None:
+def from_os_error(exc: OSError, where: str | None = None) -> RldsError | None:
     """The rlds error for an OS error a user can act on (full disk, read-only or unwritable
-    cache, name too long), naming the file; ``None`` for any other."""
+    cache, name too long), naming the file (``where``: the name to give it, default the
+    error's); ``None`` for any other."""
     found = _os_errors().get(exc.errno or 0)
     if found is None:
         return None
-    from rlds_cli._util.io import named_by_temp  # here: _util.io imports this module
-
     cls, what = found
-    where = named_by_temp(str(exc.filename)) if exc.filename is not None else "(unknown file)"
+    if where is None:
+        where = str(exc.filename) if exc.filename is not None else "(unknown file)"
     hint = None
     if cls is CacheNotWritableError:
         hint = (

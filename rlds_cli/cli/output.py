@@ -479,7 +479,9 @@ def handle_errors(func: F) -> F:
             if isinstance(exc, ModuleNotFoundError):
                 known = missing_module_error(exc)
             else:
-                known = from_os_error(exc) or _path_gone(exc)
+                # the path the user gave, never a temporary one (.out.npz.PID.TID.partial)
+                where = named_by_temp(str(exc.filename)) if exc.filename is not None else None
+                known = from_os_error(exc, where) or _path_gone(exc)
             if known is None or settings.debug():
                 raise _unexpected(exc) from None
             error(known.message, known.hint)

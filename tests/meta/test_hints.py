@@ -714,7 +714,7 @@ def test_an_os_error_names_the_path_the_user_gave_not_a_temporary_one(tmp_path: 
     assert named_by_temp(tmp_path / ".hidden.tmp") == str(tmp_path / ".hidden.tmp")  # no writer id
     assert named_by_temp("plain.txt") == "plain.txt"
     hidden = OSError(errno.EROFS, "Read-only file system", str(temp_path(out, suffix=".partial")))
-    known = from_os_error(hidden)
+    known = from_os_error(hidden, named_by_temp(hidden.filename))
     assert known is not None and known.message == f"read-only filesystem: {out}"
 
 
