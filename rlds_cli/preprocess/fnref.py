@@ -2,8 +2,10 @@
 
 A reference is ``"package.module:function"`` (imported with the working directory on ``sys.path``,
 as ``python -m`` would) or ``"path/to/file.py:function"`` (loaded from that file). Only the string
-travels to worker processes and Ray tasks; each resolves it once and caches the result, so the
-function never has to pickle. For a Ray node without the caller's files, the Ray executor ships a
+travels to worker processes and Ray tasks; each resolves it (a module's function from
+``sys.modules`` at each call, a file's compiled once per content), so the function never has to
+pickle. A module of the user's edited since this process imported it is refused before a job
+runs (:func:`check_loaded_code`). For a Ray node without the caller's files, the Ray executor ships a
 file's bytes with the job (:func:`file_source`, compiled there by :func:`resolve`) and a module
 found outside the installed packages as a ``py_modules`` entry (:func:`module_root`).
 
@@ -14,8 +16,10 @@ imports nothing of the job's: worker and coordinator both depend on it.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import linecache
@@ -25,6 +29,7 @@ import site
 import sys
 import sysconfig
 import traceback
+import types
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -115,7 +120,7 @@ def _import_module(module_part: str, ref: str) -> Any:
 
 
 def resolve(ref: str, shipped: Mapping[str, Any] | None = None) -> Callable[..., Any]:
-    """The callable named by ``ref`` (cached per process).
+    """The callable named by ``ref`` (a file's cached per process and file content).
 
     ``shipped`` is :func:`file_source`'s answer for a file reference, made where the file is:
     the function is compiled from those bytes, whatever this machine has at that path.
@@ -126,14 +131,16 @@ def resolve(ref: str, shipped: Mapping[str, Any] | None = None) -> Callable[...,
         UserFunctionError: The module raised while being imported.
     """
     module_part, name = split_ref(ref)
-    key = ref
+    # a module's function is looked up in sys.modules each time (after importlib.reload, the
+    # new one); a file's is cached by the file's bytes (it may change between two calls)
+    key = None
     if shipped is not None:
         key = f"{ref}@{shipped['sha256']}"
-    elif _is_path_ref(module_part):  # a file may change between two calls: cache by its bytes
+    elif _is_path_ref(module_part):
         path = Path(module_part).expanduser()
         if path.is_file():
             key = f"{ref}@{sha256_file(path)}"
-    fn = _CACHE.get(key)
+    fn = _CACHE.get(key) if key is not None else None
     if fn is not None:
         return fn
     if shipped is not None:
@@ -152,7 +159,8 @@ def resolve(ref: str, shipped: Mapping[str, Any] | None = None) -> Callable[...,
         raise FunctionImportError(
             f"--fn {ref!r}: {name!r} is not callable (it is of type {type(obj).__name__})"
         )
-    _CACHE[key] = obj
+    if key is not None:
+        _CACHE[key] = obj
     return obj
 
 
@@ -199,21 +207,20 @@ def describe(fn: str | Callable[..., Any]) -> tuple[str, str | None]:
         return ref, None
 
 
-def helpers_digest(fn: str | Callable[..., Any]) -> str | None:
-    """The sha256 of the user's own modules the function's module uses, or ``None`` when it uses none.
-
-    Those modules are the ones its module's globals hold (a module, or a function or class defined in
-    one), then theirs, and so on, whose source file lies outside the installed packages, the standard
-    library and rlds: an edit of a helper module, not only of the function's file, makes a new job.
-    Modules imported inside a function body, only when it runs, are not seen.
-    """
-    target = resolve(fn) if isinstance(fn, str) else fn
+def _user_modules(target: Callable[..., Any]) -> list[tuple[Any, Path]]:
+    """The user's own modules ``target`` runs, each with its source file: its module first, then
+    the modules its globals hold (a module, or a function or class defined in one), then theirs,
+    and so on, whose source file lies outside the installed packages, the standard library and
+    rlds. Modules imported inside a function body, only when it runs, are not seen."""
     start = sys.modules.get(str(getattr(inspect.unwrap(target), "__module__", "")))
     if start is None:
-        return None
-    own = {Path(f).resolve() for f in _source_files(target)}
+        return []
     skipped = [*_installed_dirs(), Path(__file__).resolve().parents[1]]  # rlds_cli itself
-    seen, queue, files = {id(start)}, [start], set()
+    found_modules: list[tuple[Any, Path]] = []
+    seen, queue = {id(start)}, [start]
+    file = getattr(start, "__file__", None)
+    if isinstance(file, str) and Path(file).suffix == ".py" and Path(file).is_file():
+        found_modules.append((start, Path(file).resolve()))
     while queue and len(seen) < _HELPER_MODULES_LIMIT:
         module = queue.pop()
         for value in list(vars(module).values()):
@@ -233,12 +240,112 @@ def helpers_digest(fn: str | Callable[..., Any]) -> str | None:
             if where.suffix != ".py" or not where.is_file() or any(where.is_relative_to(d) for d in skipped):
                 continue  # installed, standard library, rlds, or compiled: not the user's source
             queue.append(found)
-            if where not in own:
-                files.add(where)
+            found_modules.append((found, where))
+    return found_modules
+
+
+def helpers_digest(fn: str | Callable[..., Any]) -> str | None:
+    """The sha256 of the user's own modules the function's module uses (:func:`_user_modules`,
+    less the files that define the function), or ``None`` when it uses none: an edit of a helper
+    module, not only of the function's file, makes a new job."""
+    target = resolve(fn) if isinstance(fn, str) else fn
+    own = {Path(f).resolve() for f in _source_files(target)}
+    files = {where for _, where in _user_modules(target) if where not in own}
     if not files:
         return None
     joined = "".join(f"{f}\0{sha256_file(f)}\n" for f in sorted(files))
     return hashlib.sha256(joined.encode()).hexdigest()
+
+
+def check_loaded_code(fn: str | Callable[..., Any]) -> None:
+    """Refuse to run ``fn`` where a module of the user's that it runs was edited on disk since
+    this process imported it: this process would run the old code, workers started for the job
+    the new, and the lineage would record the new file's digest (a notebook editing its module
+    between two runs mixed both in one dataset). A file reference's own file is compiled afresh at
+    each run; its helper modules, a module reference's module and a callable's are checked.
+
+    What is compared: each function defined at the top of the module (its bytecode, names and
+    constants) and each top-level constant written as a literal, against the file now.
+
+    Raises:
+        FunctionImportError: Naming the module's file and the first name that differs.
+    """
+    target = resolve(fn) if isinstance(fn, str) else fn
+    fresh = isinstance(fn, str) and _is_path_ref(split_ref(fn)[0])
+    own = {Path(f).resolve() for f in _source_files(target)} if fresh else set()
+    for module, path in _user_modules(target):
+        if path in own:
+            continue
+        name = _stale_name(module, path)
+        if name is not None:
+            what = fn if isinstance(fn, str) else describe(fn)[0]
+            raise FunctionImportError(
+                f"--fn {what!r}: {path} changed since this process imported it ({name}): the old "
+                "code would run here and the new code in the job's workers",
+                hint="restart the process (a notebook: its kernel), or importlib.reload the module; "
+                "a file reference (path/to/file.py:function) is read afresh at each run",
+            )
+
+
+def _stale_name(module: Any, path: Path) -> str | None:
+    """How the first top-level function or literal constant of ``module`` whose code in ``path``
+    now differs from what the module holds differs (``None``: they agree, as far as this can
+    tell)."""
+    if not isinstance(getattr(module, "__loader__", None), importlib.machinery.SourceFileLoader):
+        return None  # compiled by another loader (pytest rewrites asserts): not comparable
+    try:
+        tree = ast.parse(path.read_bytes(), str(path))
+        code = compile(tree, str(path), "exec")
+    except (SyntaxError, ValueError, OSError):
+        return "it no longer compiles"
+    on_disk = {c.co_name: c for c in code.co_consts if isinstance(c, types.CodeType)}
+    for name, value in list(vars(module).items()):
+        try:
+            inner = inspect.unwrap(value) if inspect.isfunction(value) else None
+        except Exception:  # an object whose attributes run code (a proxy): no function of the user's
+            continue
+        if inner is None or getattr(inner, "__qualname__", None) != name:
+            continue
+        if Path(inner.__code__.co_filename).resolve() != path:
+            continue  # imported from elsewhere
+        if name not in on_disk or not _same_code(inner.__code__, on_disk[name]):
+            return f"function {name!r} differs"
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                literal = ast.literal_eval(node.value)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                continue
+            loaded = vars(module).get(node.targets[0].id, literal)
+            if type(loaded) is type(literal) and not _equal(loaded, literal):
+                here, there = (_short(repr(loaded)), _short(ast.unparse(node.value)))
+                return f"{node.targets[0].id} is {here} here, {there} in the file"
+    return None
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # a comparison that raises (numpy arrays): not a literal of the user's
+        return True
+
+
+def _same_code(a: types.CodeType, b: types.CodeType) -> bool:
+    """Whether two code objects run the same: bytecode, names and constants (nested code
+    compared the same way); line numbers are left out (a line added above moves them)."""
+    if a.co_code != b.co_code or a.co_names != b.co_names or len(a.co_consts) != len(b.co_consts):
+        return False
+    for x, y in zip(a.co_consts, b.co_consts, strict=True):
+        if isinstance(x, types.CodeType) and isinstance(y, types.CodeType):
+            if not _same_code(x, y):
+                return False
+        elif type(x) is not type(y) or not _equal(x, y):
+            return False
+    return True
 
 
 def get(fn: str | Callable[..., Any], shipped: Mapping[str, Any] | None = None) -> Callable[..., Any]:

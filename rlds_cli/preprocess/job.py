@@ -178,6 +178,7 @@ def prepare(
     plan = make_plan(src.episode_index, by, chunk_steps, num_frames)
     if on_plan is not None:
         on_plan(plan)
+    fnref.check_loaded_code(fn)  # the code that runs is the code the lineage records
     ref, fn_sha = fnref.describe(fn)
     helpers = fnref.helpers_digest(fn)
     if by == "step" and needs_whole_episodes(fnref.get(fn)):

@@ -4,6 +4,8 @@ lineage, reuse). The CLI, resume after SIGKILL and Ray live in test_preprocess_c
 from __future__ import annotations
 
 import hashlib
+import importlib
+import sys
 import warnings
 from pathlib import Path
 
@@ -61,6 +63,27 @@ def test_function_reference_errors(golden: str, ref: str, message: str) -> None:
         preprocess.run(golden, ref, "out")
     assert isinstance(info.value, ImportError)
     assert not open_dataset(golden).directory.parent.joinpath("out").exists()
+
+
+def test_a_module_edited_since_its_import_is_refused_not_mixed(
+    golden: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A notebook ran ``mymod:fn``, edited mymod.py, ran again: this process ran the old function,
+    the spawned workers the new one, and the lineage named the new file (one dataset held both)."""
+    mod = tmp_path / "edited_in_a_notebook.py"
+    mod.write_text("def fn(b):\n    return {**b, 'action': b['action'] * 2}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ref = "edited_in_a_notebook:fn"
+    preprocess.run(golden, ref, "a", workers=1)
+    mod.write_text("# the factor, again\n\ndef fn(b):\n    return {**b, 'action': b['action'] * 2}\n")
+    preprocess.run(golden, ref, "b", workers=1)  # lines moved, same code: runs
+    mod.write_text("def fn(b):\n    return {**b, 'action': b['action'] * 10}\n")
+    with pytest.raises(FunctionImportError, match="function 'fn' differs"):
+        preprocess.run(golden, ref, "c", workers=2)
+    assert not open_dataset(golden).directory.parent.joinpath("c").exists()
+    importlib.reload(sys.modules["edited_in_a_notebook"])
+    preprocess.run(golden, ref, "c", workers=2)
+    np.testing.assert_array_equal(open_dataset("c")[:]["action"], open_dataset(golden)[:]["action"] * 10)
 
 
 def test_file_path_reference_works_and_records_file_hash(golden: str) -> None:
@@ -466,6 +489,10 @@ def test_an_edit_of_a_helper_module_is_a_new_job(
     assert first.manifest.lineage[0]["fn_helpers_sha256"]
     assert preprocess.run(golden, ref, "helped", workers=1).reused
     helper.write_text(helper.read_text().replace("FACTOR = 2", "FACTOR = 3"))
+    # this process still holds FACTOR = 2: it would compute with it under the new file's digest
+    with pytest.raises(FunctionImportError, match="FACTOR is 2 here, 3 in the file"):
+        preprocess.run(golden, ref, "helped", workers=1)
+    importlib.reload(sys.modules["scale_helper_for_rlds"])
     with pytest.raises(DatasetExistsError):  # another job now: not "nothing to do"
         preprocess.run(golden, ref, "helped", workers=1)
     # numpy and rlds are not the user's: a function using only them has no helper digest
