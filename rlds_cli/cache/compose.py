@@ -458,7 +458,7 @@ def _blocks(lengths: np.ndarray, budget: int) -> list[tuple[int, int]]:
 
 def _window_sums(source: Dataset, key: str, rows: np.ndarray, starts: np.ndarray, every: int) -> np.ndarray:
     """``rows`` summed over each window from ``starts``, in their stored dtype (floats add in it;
-    integers and bools add in int64 first: int8 wrapped, bool took "any").
+    integers and bools add exactly first: int8 wrapped, bool took "any", int64 wrapped in int64).
 
     Raises:
         SchemaMismatchError: A sum the stored dtype cannot hold (an integer out of range, a bool
@@ -471,9 +471,12 @@ def _window_sums(source: Dataset, key: str, rows: np.ndarray, starts: np.ndarray
         if not exact.all():  # infinite where the rows were, or an overflow of the stored dtype
             exact |= ~np.isfinite(np.add.reduceat(rows.astype(np.float64), starts, axis=0))
     else:
-        wide = np.add.reduceat(rows.astype(np.int64), starts, axis=0)
-        sums = wide.astype(rows.dtype)
-        exact = sums.astype(np.int64) == wide
+        # Python integers for 64-bit rows (no wider numpy integer exists); int64 holds the rest
+        wide = np.add.reduceat(rows.astype(object if rows.dtype.itemsize == 8 else np.int64), starts, axis=0)
+        info = np.iinfo(rows.dtype) if rows.dtype.kind != "b" else np.iinfo(np.uint8)
+        high = 1 if rows.dtype.kind == "b" else info.max
+        exact = (wide >= info.min) & (wide <= high)
+        sums = np.where(exact, wide, 0).astype(rows.dtype)
     if not exact.all():
         bad = wide[~exact].reshape(-1)[0]
         raise SchemaMismatchError(

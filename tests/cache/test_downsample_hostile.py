@@ -65,13 +65,15 @@ def test_from_the_cli(a: Any) -> None:
     ("dtype", "value", "every", "fits"),
     [("int8", 30, 4, True), ("int8", 100, 3, False), ("uint8", 200, 4, False), ("int16", 100, 4, True),
      ("bool", False, 4, True), ("bool", True, 2, False), ("float16", 30000.0, 4, False),
-     ("float32", 0.1, 4, True)],
+     ("float32", 0.1, 4, True), ("int64", 2**62, 2, False), ("int64", 2**60, 4, True),
+     ("uint64", 2**63, 2, False), ("uint64", 2**61, 4, True), ("int64", -(2**62), 3, False)],
 )  # fmt: skip
 def test_reward_sums_are_exact_in_their_dtype_or_refused(
     isolated_cache: Path, tmp_path: Path, dtype: str, value: object, every: int, fits: bool
 ) -> None:
-    """int8, uint8 and int16 sums wrapped (100 x 3 steps read 44) and bool sums became "any", with
-    exit 0 and a digest that verified; a sum the stored dtype holds is exact, any other refused."""
+    """int8, uint8 and int16 sums wrapped (100 x 3 steps read 44), bool sums became "any", and
+    int64/uint64 sums wrapped in int64 (2**62 + 2**62 read -2**63), with exit 0 and a digest that
+    verified; a sum the stored dtype holds is exact, any other refused."""
     from rlds_cli.sources.convert import convert
     from tests.d4rl_fixtures import write_d4rl
 
