@@ -98,6 +98,25 @@ def empty_key(batch: Any) -> Any:
     return out
 
 
+def ragged_key(batch: Any) -> Any:
+    return {**batch, "info/ragged": [[1.0]] + [[1.0, 2.0]] * (len(batch["action"]) - 1)}
+
+
+def bfloat16_key(batch: Any) -> Any:
+    import torch
+
+    return {**batch, "info/half": torch.zeros(len(batch["action"]), 2, dtype=torch.bfloat16)}
+
+
+def wide_done(batch: Any) -> Any:
+    done = np.asarray(batch["next/terminated"]) | np.asarray(batch["next/truncated"])
+    return {**batch, "next/done": np.repeat(done, 2, axis=1)}
+
+
+def leaf_and_group(batch: Any) -> Any:
+    return {**batch, "feat": batch["action"], "feat/x": batch["action"]}
+
+
 def vector_reward(batch: Any) -> Any:
     return {**batch, "next/reward": np.repeat(batch["next/reward"], 3, axis=1)}
 

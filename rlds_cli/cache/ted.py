@@ -17,6 +17,7 @@ each episode's last step (inclusive).
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -192,6 +193,39 @@ def is_numeric(dtype: np.dtype) -> bool:
     """Whether the cache can store values of ``dtype`` (bool, integer, float, complex)."""
     dtype = np.dtype(dtype)
     return dtype.kind in NUMERIC_KINDS and dtype.fields is None and dtype.subdtype is None
+
+
+#: What to give where a value is no array of numbers (:func:`as_numbers`).
+NUMBERS_HINT = (
+    "give numpy arrays or CPU tensors of bool, integers or floats, the same shape every row "
+    "(a bfloat16 tensor: .float() first)"
+)
+
+
+def as_numbers(value: Any) -> tuple[np.ndarray | None, str | None]:
+    """``value`` as a numpy array of numbers (a torch tensor detached and on the CPU, without
+    importing torch), or ``None`` and why not in words: a ragged list, a tensor numpy cannot
+    hold (bfloat16, the meta device), strings or objects. Never raises."""
+    given = f"values of type {type(value).__name__}"
+    try:
+        if hasattr(value, "detach") and hasattr(value, "cpu"):
+            value = value.detach().cpu().numpy()
+        arr = np.asarray(value)
+    except (TypeError, ValueError, NotImplementedError, RuntimeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return None, f"{given} are not an array of numbers ({type(exc).__name__}: {first})"
+    if not is_numeric(arr.dtype):  # objects, strings, dates, records
+        return None, f"{given} are {describe_dtype(arr.dtype)}, not an array of numbers"
+    return arr, None
+
+
+def group_clash(keys: Iterable[str]) -> tuple[str, str] | None:
+    """A key that is also a group of others (``feat`` and ``feat/x``: a file cannot be a folder
+    too), as ``(group, member)``; ``None`` when there is none."""
+    for a, b in itertools.pairwise(sorted(keys)):
+        if b.startswith(a + "/"):
+            return a, b
+    return None
 
 
 #: Kinds of :class:`Problem`.

@@ -16,7 +16,7 @@ import numpy as np
 
 from rlds_cli.cache.builder import dtype_name
 from rlds_cli.cache.manifest import FieldSpec
-from rlds_cli.cache.ted import key_problem
+from rlds_cli.cache.ted import NUMBERS_HINT, as_numbers, group_clash, key_problem
 from rlds_cli.errors import OutputSchemaError
 
 REQUIRED = ("action", "next/reward", "next/terminated", "next/truncated")
@@ -47,15 +47,11 @@ def _as_array(key: str, value: Any) -> np.ndarray:
             f"output key {key!r} cannot be stored: {problem}",
             hint="a key is '/'-separated parts of A-Z a-z 0-9 _ . - (not '.' or '..'); rename it",
         )
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
-        value = value.detach().cpu().numpy()
-    arr = np.asarray(value)
+    arr, problem = as_numbers(value)
+    if arr is None:
+        raise OutputSchemaError(f"output key {key!r}: {problem}", hint=NUMBERS_HINT)
     if arr.ndim == 0:
         raise OutputSchemaError(f"output key {key!r} is a scalar; every value needs one row per step")
-    if arr.dtype.kind not in "biufc":
-        raise OutputSchemaError(
-            f"output key {key!r} has dtype {arr.dtype}; only numbers and bools are stored"
-        )
     if 0 in arr.shape[1:]:  # audit, the npz and torchrl exports failed on it; other readers drop it
         raise OutputSchemaError(
             f"output key {key!r} has per-step shape {arr.shape[1:]}: no value per step",
@@ -94,7 +90,11 @@ def normalize(out: Any, chunk_in: Mapping[str, np.ndarray], where: str) -> dict[
             f"{where} returned {type(out).__name__}, expected a mapping of TED keys to arrays"
         )
     try:
-        arrays = {k: _as_array(k, v) for k, v in _flatten(out).items()}
+        flat = _flatten(out)
+        clash = group_clash(flat)
+        if clash is not None:  # a file cannot be a folder too (zarr failed, memmap lost one)
+            raise OutputSchemaError(f"output key {clash[0]!r} is both an array and a group ({clash[1]!r})")
+        arrays = {k: _as_array(k, v) for k, v in flat.items()}
     except OutputSchemaError as exc:  # named with the function and the chunk, as every other
         raise OutputSchemaError(f"{where}: {exc.message}", exc.hint) from None
     rows = {k: a.shape[0] for k, a in arrays.items()}
@@ -107,6 +107,11 @@ def normalize(out: Any, chunk_in: Mapping[str, np.ndarray], where: str) -> dict[
             arrays[flag] = np.asarray(chunk_in[flag]).reshape(n, 1)
     if "next/done" in arrays and "next/terminated" in arrays and "next/truncated" in arrays:
         done = arrays["next/terminated"] | arrays["next/truncated"]
+        if arrays["next/done"].size != done.size:
+            raise OutputSchemaError(
+                f"{where}: returned next/done of shape {arrays['next/done'].shape}: it is one flag per "
+                "step, (steps,) or (steps, 1)"
+            )
         if not np.array_equal(arrays["next/done"].reshape(done.shape) != 0, done):
             raise OutputSchemaError(
                 f"{where}: returned next/done differs from next/terminated | next/truncated"

@@ -10,7 +10,6 @@ every observation and the final one). Every check names the key at fault and rai
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,7 @@ import numpy as np
 from rlds_cli._util.rows import rows_equal
 from rlds_cli.cache import ted
 from rlds_cli.cache.manifest import FieldSpec
-from rlds_cli.cache.ted import BATCH_KEYS, describe_dtype, is_numeric, key_problem
+from rlds_cli.cache.ted import BATCH_KEYS, NUMBERS_HINT, as_numbers, group_clash, is_numeric, key_problem
 from rlds_cli.errors import EpisodeFormatError, SchemaMismatchError
 
 #: Read-time keys a batch may carry (``Dataset.episode`` returns them): checked, not stored.
@@ -33,24 +32,9 @@ REWARD = "next/reward"
 
 
 def _to_numpy(value: Any, key: str) -> np.ndarray:
-    try:
-        if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
-            value = value.detach().cpu().numpy()
-        arr = np.asarray(value)
-    except (TypeError, ValueError, NotImplementedError, RuntimeError) as exc:
-        # a ragged list, a tensor on the meta device or of a dtype numpy lacks (bfloat16)
-        raise EpisodeFormatError(
-            f"key {key!r}: values of type {type(value).__name__} are not an array of numbers "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})",
-            hint="give numpy arrays or CPU tensors of bool, integers or floats, the same shape every row "
-            "(a bfloat16 tensor: .float() first)",
-        ) from None
-    if not is_numeric(arr.dtype):  # objects, strings, dates, records
-        raise EpisodeFormatError(
-            f"key {key!r}: values of type {type(value).__name__} are {describe_dtype(arr.dtype)}, "
-            "not an array of numbers",
-            hint="rlds stores bool, integer and float arrays",
-        )
+    arr, problem = as_numbers(value)
+    if arr is None:
+        raise EpisodeFormatError(f"key {key!r}: {problem}", hint=NUMBERS_HINT)
     return arr
 
 
@@ -102,10 +86,9 @@ def flatten(batch: Any, what: str = "episode") -> dict[str, np.ndarray]:
         raise EpisodeFormatError(f"{what} is a {type(node).__name__}, not a mapping of TED keys")
 
     walk("", batch)
-    keys = sorted(out)
-    for a, b in itertools.pairwise(keys):
-        if b.startswith(a + "/"):
-            raise EpisodeFormatError(f"{what}: key {a!r} is both an array and a group ({b!r})")
+    clash = group_clash(out)
+    if clash is not None:
+        raise EpisodeFormatError(f"{what}: key {clash[0]!r} is both an array and a group ({clash[1]!r})")
     return out
 
 

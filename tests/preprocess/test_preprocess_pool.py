@@ -86,7 +86,7 @@ class _Unconvertible:
     user's function has returned (so it is not a UserFunctionError)."""
 
     def __array__(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("this value refuses to become an array")
+        raise LookupError("this value refuses to become an array")  # no conversion error rlds words
 
 
 def bad_output_in_a_worker(batch: Any) -> Any:
