@@ -579,7 +579,8 @@ def stack_leaf(leaf: Leaf, values: list[Any], key: str) -> np.ndarray:
     arr: np.ndarray | None = None
     problem = ""
     try:
-        arr = np.asarray(values, dtype=leaf.dtype) if values else np.zeros((0, *leaf.shape), leaf.dtype)
+        with np.errstate(over="ignore"):  # a finite value the float dtype cannot hold: refused below
+            arr = np.asarray(values, dtype=leaf.dtype) if values else np.zeros((0, *leaf.shape), leaf.dtype)
     except (TypeError, ValueError) as exc:
         problem = str(exc)
     if arr is None or arr.shape[1:] != leaf.shape:
@@ -592,7 +593,26 @@ def stack_leaf(leaf: Leaf, values: list[Any], key: str) -> np.ndarray:
         )
     if leaf.dtype.kind in "biu" and values:
         _require_exact(arr, values, leaf, key)
+    if leaf.dtype.kind == "f" and values and not np.isfinite(arr).all():
+        _require_finite_kept(arr, values, leaf, key)
     return arr
+
+
+def _require_finite_kept(arr: np.ndarray, values: list[Any], leaf: Leaf, key: str) -> None:
+    """Refuse finite values the leaf's float dtype turns into infinities (1e40 in a float32
+    Box): rounding is a float dtype's way, an infinity is another number."""
+    given = np.asarray(values)
+    if given.dtype.kind != "f" or given.shape != arr.shape:
+        return
+    lost = (np.isfinite(given) & ~np.isfinite(arr)).reshape(len(arr), -1).any(axis=1)
+    if lost.any():
+        row = int(np.flatnonzero(lost)[0])
+        raise RecordingError(
+            f"{key}: row {row} holds a finite value the {leaf.kind} space's {leaf.dtype} cannot hold "
+            f"(largest {float(np.max(np.abs(given[row][np.isfinite(given[row])]))):.3g}): it would be "
+            "stored as an infinity",
+            hint="the environment returned values outside its declared space",
+        )
 
 
 def _require_exact(arr: np.ndarray, values: list[Any], leaf: Leaf, key: str) -> None:

@@ -58,6 +58,11 @@ CASES = {
     "int Box given 2.9": (gym.spaces.Box(0, 9, (1,), np.int64), [np.array([1]), np.array([2.9])]),
     "Discrete given 1.7": (gym.spaces.Discrete(5), [1, 1.7]),
     "MultiBinary given 300": (gym.spaces.MultiBinary(2), [np.array([0, 1]), np.array([1, 300])]),
+    # stored as inf with only numpy's RuntimeWarning
+    "float32 Box given 1e40": (
+        gym.spaces.Box(-np.inf, np.inf, (2,), np.float32),
+        [np.zeros(2, np.float32), np.array([1.0, 1e40])],
+    ),
     "Dict without one of its keys": (
         gym.spaces.Dict({"a": gym.spaces.Discrete(3), "b": gym.spaces.Discrete(3)}),
         [{"a": 1, "b": 2}, {"a": 1}],
