@@ -151,8 +151,12 @@ def combine_cards(
     citations joined; ``license_conflicts`` filled when ``names`` are given."""
     out: dict[str, Any] = {}
     if names is not None:
+        # a parent's own conflicts name its sources (a view of a merge: recomputed from the merge's
+        # licences, they named the merge on both sides); across parents, each licence's parent
+        carried = [str(c) for card in cards for c in card.get("license_conflicts") or []]
         pairs = [(n, lic) for n, card in zip(names, cards, strict=True) for lic in licenses_of(card)]
-        conflicts = license_conflicts(pairs)
+        across = license_conflicts(pairs) if len(cards) > 1 else []
+        conflicts = list(dict.fromkeys([*carried, *across]))
         if conflicts:
             out["license_conflicts"] = conflicts
     licenses = sorted({lic for card in cards for lic in licenses_of(card)})

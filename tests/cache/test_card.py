@@ -132,6 +132,11 @@ def test_a_mixture_of_incompatible_licences_says_so(tmp_path: Path) -> None:
     assert "licenses" not in same.report()
     merged = merge_datasets(["a", "b"], "ab")
     assert merged.card["license"] == ["Apache-2.0", "CC-BY-NC-4.0"] and merged.card["license_conflicts"]
+    # a view of the merge named the merge on both sides: "ab (CC-BY-NC-4.0) may not ..., ab (Apache-2.0) may"
+    assert runner.invoke(app, ["view", "ab", "--episodes", "0:3", "--name", "abv"]).exit_code == 0
+    view_card = open_dataset("abv").manifest.card
+    assert view_card["license_conflicts"] == merged.card["license_conflicts"]
+    assert "a (CC-BY-NC-4.0)" in view_card["license_conflicts"][0]
 
 
 def test_a_hub_push_writes_the_card_and_croissant(hub: Any, monkeypatch: pytest.MonkeyPatch) -> None:
