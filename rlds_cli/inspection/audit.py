@@ -11,7 +11,7 @@ tolerances of :class:`AuditTolerances`:
   times the median episode's, in some dimension;
 * ``frozen:<key>``: camera ``key`` shows the same frame (the same stored bytes) for
   ``frozen_steps`` or more steps in a row while the robot is not idle;
-* ``nonfinite``: a NaN or infinite value in a float key;
+* ``nonfinite``: a NaN or infinite value in a float or complex key;
 * ``duplicate``: the same content (sha256 of every stored row) as an earlier episode;
 * ``length_outlier`` / ``return_outlier``: outside Tukey's fences ``iqr_factor`` interquartile
   ranges beyond the quartiles (with 5 or more episodes);
@@ -333,7 +333,7 @@ class KeyRoles:
             ),
             state=tuple(k for k in num if fields[k].storage == "flat"),
             images=images,
-            numbers=tuple(k for k in low if np.dtype(fields[k].dtype).kind == "f"),
+            numbers=tuple(k for k in low if np.dtype(fields[k].dtype).kind in "fc"),
             text=text,
             low_dim=low,
         )

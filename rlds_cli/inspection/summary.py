@@ -71,11 +71,16 @@ def key_statistics(ds: Dataset, key: str, budget: Budget | None = None) -> dict[
     count = nan = posinf = neginf = true = 0
     # the accumulator of `preprocess --stats` and Normalize, so the figures agree
     acc: stats.Partial | None = None
-    scanned = blocks(column, budget, itemsize=8) if dtype.kind in "biuf" else iter(())
-    for _, chunk in scanned:
+    scanned = blocks(column, budget, itemsize=dtype.itemsize if dtype.kind == "c" else 8)
+    for _, chunk in scanned if dtype.kind in "biufc" else iter(()):
         count += chunk.size
         if dtype.kind == "b":
             true += int(np.count_nonzero(chunk))
+            continue
+        if dtype.kind == "c":  # counted (a part NaN or infinite), not ordered: no min, max or mean
+            nan += int(np.isnan(chunk).sum())
+            posinf += int((np.isposinf(chunk.real) | np.isposinf(chunk.imag)).sum())
+            neginf += int((np.isneginf(chunk.real) | np.isneginf(chunk.imag)).sum())
             continue
         values = chunk.reshape(-1)
         if dtype.kind == "f":
@@ -86,7 +91,7 @@ def key_statistics(ds: Dataset, key: str, budget: Budget | None = None) -> dict[
                 neginf += int(np.isneginf(values).sum())
                 values = values[finite]
         acc = stats.merge(acc, stats.partial(values.reshape(-1, 1), quantiles=False, pool=budget.pool))
-    out: dict[str, Any] = {"count": count if dtype.kind in "biuf" else int(np.prod(column.shape))}
+    out: dict[str, Any] = {"count": count if dtype.kind in "biufc" else int(np.prod(column.shape))}
     if dtype.kind == "b":
         out["true"] = true
         return out

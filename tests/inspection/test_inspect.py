@@ -165,3 +165,33 @@ def test_inspect_json_is_strict_json_when_a_return_is_nan(tmp_path: Path) -> Non
         raise ValueError(token)
 
     json.loads(result.stdout, parse_constant=refuse)
+
+
+def test_a_complex_key_counts_its_nan_and_infinite_values(isolated_cache: Path) -> None:
+    """A complex key was never scanned: ``inspect`` showed 0 NaN for one holding a NaN, and the
+    audit never flagged it ``nonfinite``."""
+    from rlds_cli.cache.builder import DatasetBuilder
+    from rlds_cli.cache.ted import StepBlock
+    from rlds_cli.inspection.audit import audit
+
+    c = np.array([[1 + 1j], [np.nan + 0j], [2 - 1j], [complex(np.inf, 1)]], np.complex64)
+    steps = {
+        "action": np.zeros((4, 1), np.float32),
+        "next/reward": np.ones(4, np.float32),
+        "info/c": c,
+        "next/terminated": np.array([0, 1, 0, 1], bool),
+        "next/truncated": np.zeros(4, bool),
+    }
+    with DatasetBuilder("cnan", backend="memmap", replace=True) as builder:
+        builder.append(
+            StepBlock(
+                steps=steps, observations={"observation": np.zeros((6, 1), np.float32)}, ends=np.array([1, 3])
+            )
+        )
+        builder.commit()
+    ds = open_dataset("cnan")
+    found = key_statistics(ds, "info/c")
+    assert (found["count"], found["nan"], found["posinf"], found["neginf"]) == (4, 1, 1, 0)
+    assert found["mean"] is None
+    report = audit(ds)
+    assert report.flags["nonfinite"].tolist() == [0, 1]
