@@ -391,6 +391,10 @@ def _source_line(src: dict[str, Any]) -> str:
             parts.append(f"from {esc(str(src['url']))}")
     elif src.get("path"):
         parts.append(esc(str(src["path"])) + (" (archive)" if src.get("archive") else ""))
+    elif isinstance(src.get("writer"), dict):  # DatasetWriter / record(): who wrote it first
+        who = src["writer"]
+        host, pid, by = who.get("host", "?"), who.get("pid", "?"), who.get("created_by", "?")
+        parts.append(esc(f"written on {host} (pid {pid}) by {by}"))
     files = src.get("files") or []
     if len(files) > 1:
         parts.append(f"({len(files)} files)")

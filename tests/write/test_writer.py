@@ -120,6 +120,13 @@ def test_add_step_and_extend(isolated_cache: Path) -> None:
     assert np.array_equal(ds.episode(0)["observation"], ep["observation"])
     assert ds.episode(0)["next/truncated"][-1, 0] and ds.episode(0)["next/reward"].dtype == np.float32
     assert np.array_equal(ds.episode(3)["next/observation"], c["next/observation"])
+    from typer.testing import CliRunner
+
+    from rlds_cli.cli.app import app
+
+    shown = CliRunner().invoke(app, ["inspect", "s", "--no-stats"]).stdout
+    line = next(row for row in shown.splitlines() if row.startswith("source"))
+    assert line.startswith("source  rlds-writer: written on ") and "by rlds-cli" in line  # was empty
 
 
 @pytest.mark.parametrize("per_commit", [1, 3])
