@@ -195,7 +195,9 @@ def _render_check(report: Any) -> None:
     out.print(f"[red]check failed[/]: {len(report.violations)}{'+' if report.truncated else ''} violation(s)")
 
 
-def _fmt_stats(s: dict[str, float], digits: int = 2) -> str:
+def _fmt_stats(s: dict[str, Any], digits: int = 2) -> str:
+    if s["mean"] is None:
+        return "- (no episode)"
     return (
         f"min {s['min']:.{digits}f}  mean {s['mean']:.{digits}f}  max {s['max']:.{digits}f}  "
         f"std {s['std']:.{digits}f}"
@@ -218,10 +220,13 @@ def render_summary(info: dict[str, Any]) -> None:
         f"terminated {info['episodes_terminated']:,}   truncated {info['episodes_truncated']:,}"
     )
     lengths = info["episode_length"]  # steps: whole numbers, their mean and std not
-    out.print(
-        f"episode length  min {int(lengths['min']):,}  mean {lengths['mean']:,.1f}  "
-        f"max {int(lengths['max']):,}  std {lengths['std']:,.1f}"
-    )
+    if lengths["mean"] is None:
+        out.print("episode length  - (no episode)")
+    else:
+        out.print(
+            f"episode length  min {int(lengths['min']):,}  mean {lengths['mean']:,.1f}  "
+            f"max {int(lengths['max']):,}  std {lengths['std']:,.1f}"
+        )
     out.print(f"episode return  {_fmt_stats(info['episode_return'])}")
     for label, key in (("episode lengths", "episode_length"), ("episode returns", "episode_return")):
         if info.get("histograms", {}).get(key, {}).get("counts"):

@@ -26,9 +26,11 @@ from rlds_cli.errors import ExportError, import_extra
 HISTOGRAM_BINS = 20
 
 
-def _stats(values: np.ndarray) -> dict[str, float]:
+def _stats(values: np.ndarray) -> dict[str, float | None]:
+    """Min, max, mean and std of ``values``; ``None`` each where there is none (no episode: zeros
+    read as real figures)."""
     if values.size == 0:
-        return {"min": 0.0, "max": 0.0, "mean": 0.0, "std": 0.0}
+        return {"min": None, "max": None, "mean": None, "std": None}
     values = values.astype(np.float64)
     return {
         "min": float(values.min()),
@@ -41,7 +43,8 @@ def _stats(values: np.ndarray) -> dict[str, float]:
 def _length_stats(lengths: np.ndarray) -> dict[str, Any]:
     """:func:`_stats` of episode lengths, with ``min`` and ``max`` as the integers they are."""
     out: dict[str, Any] = _stats(lengths)
-    out["min"], out["max"] = int(out["min"]), int(out["max"])
+    if lengths.size:
+        out["min"], out["max"] = int(out["min"]), int(out["max"])
     return out
 
 

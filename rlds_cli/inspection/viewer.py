@@ -448,6 +448,10 @@ def _stored_frames(column: Any) -> FramesColumn | None:
 def _positions(ds: Dataset, episodes: Sequence[int]) -> np.ndarray:
     wanted = [int(i) for i in episodes]
     n = ds.num_episodes
+    if n == 0:
+        raise InvalidSelectionError(
+            f"dataset {ds.name!r} holds no episode yet: nothing to show", hint="show it once it has one"
+        )
     if not wanted:
         raise InvalidSelectionError(f"no episode of {ds.name!r} to show", hint="pass --episode I")
     if len(wanted) > MAX_EPISODES:

@@ -195,3 +195,27 @@ def test_a_complex_key_counts_its_nan_and_infinite_values(isolated_cache: Path) 
     assert found["mean"] is None
     report = audit(ds)
     assert report.flags["nonfinite"].tolist() == [0, 1]
+
+
+def test_a_dataset_of_no_episode_yet_shows_no_figures(isolated_cache: Path, tmp_path: Path) -> None:
+    """A writer's dataset with a schema and no episode: ``inspect`` printed episode lengths and
+    returns of 0 (read as real figures) and ``show`` asked for "an episode from 0 to -1"."""
+    from rlds_cli.write.writer import DatasetWriter
+
+    schema = {
+        "observation": ((2,), "float32"),
+        "next/observation": ((2,), "float32"),
+        "action": ((1,), "float32"),
+        "next/reward": ((1,), "float32"),
+        "next/terminated": ((1,), "bool"),
+        "next/truncated": ((1,), "bool"),
+    }
+    DatasetWriter("empty0", schema=schema).close()
+    info = describe(open_dataset("empty0"), statistics=False)
+    assert info["episode_length"] == {"min": None, "max": None, "mean": None, "std": None}
+    assert info["episode_return"]["mean"] is None
+    shown = runner.invoke(app, ["inspect", "empty0", "--no-stats"])
+    assert shown.exit_code == 0 and "episode length  - (no episode)" in shown.stdout
+    page = runner.invoke(app, ["show", "empty0", "-o", str(tmp_path / "e.html")])
+    assert page.exit_code == 1
+    assert page.stderr.splitlines()[0] == "error: dataset 'empty0' holds no episode yet: nothing to show"
