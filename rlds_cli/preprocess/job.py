@@ -531,10 +531,16 @@ def _execute(
         )
         mode = "direct" if direct else "files"
         saved = {"job": job.job_id, "mode": mode, "schema": schema.schema_to_json(inferred)}
-        (job_dir / JOB_CHUNKS_DIR).mkdir(parents=True, exist_ok=True)
-        if direct:
-            output.preallocate(job_dir / JOB_OUTPUT_DIR, inferred, job.plan, job.storage)
-        (job_dir / JOB_FILE).write_text(json.dumps(saved, indent=2))
+        try:
+            (job_dir / JOB_CHUNKS_DIR).mkdir(parents=True, exist_ok=True)
+            if direct:
+                output.preallocate(job_dir / JOB_OUTPUT_DIR, inferred, job.plan, job.storage)
+            (job_dir / JOB_FILE).write_text(json.dumps(saved, indent=2))
+        except BaseException:
+            # no job.json: nothing a --resume could continue (a full disk left a folder that
+            # 'rlds gc' counted as resumable and never removed)
+            shutil.rmtree(job_dir, ignore_errors=True)
+            raise
     inferred = schema.schema_from_json(saved["schema"])
     mode = saved["mode"]
     plan = job.plan

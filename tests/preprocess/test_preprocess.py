@@ -588,3 +588,21 @@ def test_a_damaged_output_of_the_same_job_is_named_not_reused(golden: str, isola
         assert not again.reused
         assert_same(everything("norm"), before)
         (isolated_cache / "datasets" / "norm" / "arrays" / "action.npy").unlink()
+
+
+def test_a_job_refused_for_disk_space_leaves_no_job_folder(
+    medium: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused before job.json was written, the job left ``tmp/out.job-*/chunks`` that no
+    ``--resume`` could continue and that ``rlds gc`` counted as resumable."""
+    from collections import namedtuple
+
+    from rlds_cli.errors import DiskFullError
+    from rlds_cli.preprocess import output
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(output.shutil, "disk_usage", lambda path: usage(1 << 30, 1 << 30, 10))
+    with pytest.raises(DiskFullError, match="the output needs"):
+        preprocess.run(medium, f"{FNS}:adds_a_big_key", "out", workers=1)
+    cache = open_dataset(medium).directory.parent.parent
+    assert not list((cache / "tmp").glob("out.job-*"))
