@@ -39,7 +39,6 @@ import os
 import shutil
 import time
 import uuid
-import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,7 +97,7 @@ from rlds_cli.preprocess.plan import (
     read_chunk,
 )
 from rlds_cli.preprocess.pool import stop_if_reimported
-from rlds_cli.preprocess.worker import data_path, disk_full, forget, read_npz, rows_digest, summary_path
+from rlds_cli.preprocess.worker import data_path, disk_full, forget, read_npz, summary_path
 
 FnLike = str | Callable[..., Any]
 
@@ -544,9 +543,9 @@ def _execute(
     inferred = schema.schema_from_json(saved["schema"])
     mode = saved["mode"]
     plan = job.plan
-    done = finished_chunks(job_dir, plan.num_chunks)
+    done = output.finished_chunks(job_dir, plan.num_chunks)
     if resume:  # what an earlier run left is checked before it is published
-        done = _intact_chunks(job_dir, done, mode, job.storage)
+        done = output.intact_chunks(job_dir, done, mode, job.storage)
     tasks = [(i, *plan.chunk(i)) for i in range(plan.num_chunks) if i not in set(done)]
     if progress:
         progress("start", plan.limit)
@@ -634,63 +633,11 @@ def open_job_dir(job: Job, out_name: str, resume: bool) -> tuple[Path, dict[str,
 
 def output_intact(path: Path, saved: dict[str, Any], job: Job) -> bool:
     """Whether the preallocated output of a per-step job still has every column at full size (chunk
-    files are checked in :func:`finished_chunks`)."""
+    files are checked in :func:`rlds_cli.preprocess.output.finished_chunks`)."""
     if saved.get("mode") != "direct":
         return True
     inferred = schema.schema_from_json(saved["schema"])
     return output.preallocated_intact(path / JOB_OUTPUT_DIR, inferred, job.plan, job.storage)
-
-
-def finished_chunks(job_dir: Path, num_chunks: int) -> list[int]:
-    """Chunks whose results are all on disk: a summary (the done-marker, written after the chunk's
-    data), and the chunk's file while the summary says it wrote rows, so a half-deleted job never
-    passes for a finished one. Unreadable or orphaned summaries are removed (the chunk runs again)."""
-    done = []
-    for i in range(num_chunks):
-        marker = summary_path(job_dir, i)
-        if not marker.is_file():
-            continue
-        try:
-            meta, _ = read_npz(marker)
-        except (OSError, ValueError, KeyError):
-            marker.unlink(missing_ok=True)  # unreadable: run the chunk again
-            continue
-        if meta.get("data_file") and not data_path(job_dir, i).is_file():
-            marker.unlink()
-            continue
-        done.append(i)
-    return done
-
-
-def _intact_chunks(job_dir: Path, done: list[int], mode: str, storage: str) -> list[int]:
-    """The finished chunks of an earlier run whose rows are as written: per-step (direct), each
-    output region's digest is its summary's; per-episode, the chunk file's CRCs hold. A damaged one
-    is said (a warning) and run again: only the job's own temporary files are concerned."""
-    backend = get_backend(storage)
-    out, columns = job_dir / JOB_OUTPUT_DIR, {}
-    intact = []
-    for i in done:
-        meta, _ = read_npz(summary_path(job_dir, i))
-        try:
-            if mode == "direct":
-                for key, (a, b, recorded) in (meta.get("regions") or {}).items():
-                    if key not in columns:
-                        columns[key] = backend.open_column(out, key)
-                    column = columns[key]
-                    if rows_digest(np.asarray(column[a:b])) != recorded:
-                        raise ValueError(f"rows {a}-{b - 1} of {key!r} differ from what the chunk wrote")
-            elif meta.get("data_file"):
-                with zipfile.ZipFile(data_path(job_dir, i)) as chunk_file:
-                    bad = chunk_file.testzip()
-                if bad is not None:
-                    raise ValueError(f"{data_path(job_dir, i).name}: {bad} fails its CRC-32")
-        except (OSError, ValueError, zipfile.BadZipFile, CorruptDatasetError) as exc:
-            logger.warning("job %s: chunk %d of the interrupted run is damaged (%s): running it again",
-                           job_dir.name, i, exc)  # fmt: skip
-            summary_path(job_dir, i).unlink(missing_ok=True)
-            continue
-        intact.append(i)
-    return intact
 
 
 def finish(
@@ -705,7 +652,7 @@ def finish(
     transaction (or push it, for an output at a URL)."""
     plan = job.plan
     fsync = txn.fsync
-    missing = sorted(set(range(plan.num_chunks)) - set(finished_chunks(job_dir, plan.num_chunks)))
+    missing = sorted(set(range(plan.num_chunks)) - set(output.finished_chunks(job_dir, plan.num_chunks)))
     if missing:
         raise PreprocessError(
             f"job {job.job_id}: chunks {missing[:5]} have no result on disk; nothing was published",

@@ -1,10 +1,12 @@
 """Writing a job's output: preallocated columns written in place, region by region (per-step mode,
 "direct"), or chunk files appended in order (per-episode mode, and per-step chunks a backend cannot
-write in place)."""
+write in place); and which chunks of an interrupted run are finished and intact."""
 
 from __future__ import annotations
 
+import logging
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +16,12 @@ from rlds_cli.cache.backends import ColumnWriter, get_backend
 from rlds_cli.cache.backends.memmap import save_npz
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import JOB_OUTPUT_DIR, SOURCE_ARRAYS_FILE, is_episode_array
-from rlds_cli.errors import DiskFullError, PreprocessError
+from rlds_cli.errors import CorruptDatasetError, DiskFullError, PreprocessError
 from rlds_cli.preprocess import schema
 from rlds_cli.preprocess.plan import Plan
-from rlds_cli.preprocess.worker import data_path, read_npz, summary_path
+from rlds_cli.preprocess.worker import data_path, read_npz, rows_digest, summary_path
+
+logger = logging.getLogger(__name__)
 
 
 def column_rows(plan: Plan, storage: str) -> int:
@@ -145,3 +149,55 @@ def copy_source_arrays(out: Path, src: Dataset, ids: np.ndarray, *, one_for_one:
         {k.replace("/", "__"): v[:kept] if is_episode_array(k) and v.ndim else v for k, v in arrays.items()},
     )
     return path
+
+
+def finished_chunks(job_dir: Path, num_chunks: int) -> list[int]:
+    """Chunks whose results are all on disk: a summary (the done-marker, written after the chunk's
+    data), and the chunk's file while the summary says it wrote rows, so a half-deleted job never
+    passes for a finished one. Unreadable or orphaned summaries are removed (the chunk runs again)."""
+    done = []
+    for i in range(num_chunks):
+        marker = summary_path(job_dir, i)
+        if not marker.is_file():
+            continue
+        try:
+            meta, _ = read_npz(marker)
+        except (OSError, ValueError, KeyError):
+            marker.unlink(missing_ok=True)  # unreadable: run the chunk again
+            continue
+        if meta.get("data_file") and not data_path(job_dir, i).is_file():
+            marker.unlink()
+            continue
+        done.append(i)
+    return done
+
+
+def intact_chunks(job_dir: Path, done: list[int], mode: str, storage: str) -> list[int]:
+    """The finished chunks of an earlier run whose rows are as written: per-step (direct), each
+    output region's digest is its summary's; per-episode, the chunk file's CRCs hold. A damaged one
+    is said (a warning) and run again: only the job's own temporary files are concerned."""
+    backend = get_backend(storage)
+    out, columns = job_dir / JOB_OUTPUT_DIR, {}
+    intact = []
+    for i in done:
+        meta, _ = read_npz(summary_path(job_dir, i))
+        try:
+            if mode == "direct":
+                for key, (a, b, recorded) in (meta.get("regions") or {}).items():
+                    if key not in columns:
+                        columns[key] = backend.open_column(out, key)
+                    column = columns[key]
+                    if rows_digest(np.asarray(column[a:b])) != recorded:
+                        raise ValueError(f"rows {a}-{b - 1} of {key!r} differ from what the chunk wrote")
+            elif meta.get("data_file"):
+                with zipfile.ZipFile(data_path(job_dir, i)) as chunk_file:
+                    bad = chunk_file.testzip()
+                if bad is not None:
+                    raise ValueError(f"{data_path(job_dir, i).name}: {bad} fails its CRC-32")
+        except (OSError, ValueError, zipfile.BadZipFile, CorruptDatasetError) as exc:
+            logger.warning("job %s: chunk %d of the interrupted run is damaged (%s): running it again",
+                           job_dir.name, i, exc)  # fmt: skip
+            summary_path(job_dir, i).unlink(missing_ok=True)
+            continue
+        intact.append(i)
+    return intact
