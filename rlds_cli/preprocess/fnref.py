@@ -265,7 +265,8 @@ def check_loaded_code(fn: str | Callable[..., Any]) -> None:
     each run; its helper modules, a module reference's module and a callable's are checked.
 
     What is compared: each function defined at the top of the module (its bytecode, names and
-    constants) and each top-level constant written as a literal, against the file now.
+    constants) and each top-level UPPER_CASE constant written as an immutable literal, against the
+    file now.
 
     Raises:
         FunctionImportError: Naming the module's file and the first name that differs.
@@ -310,16 +311,27 @@ def _stale_name(module: Any, path: Path) -> str | None:
             continue  # imported from elsewhere
         if name not in on_disk or not _same_code(inner.__code__, on_disk[name]):
             return f"function {name!r} differs"
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                literal = ast.literal_eval(node.value)
-            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                continue
-            loaded = vars(module).get(node.targets[0].id, literal)
-            if type(loaded) is type(literal) and not _equal(loaded, literal):
-                here, there = (_short(repr(loaded)), _short(ast.unparse(node.value)))
-                return f"{node.targets[0].id} is {here} here, {there} in the file"
+    # constants by convention (UPPER_CASE) of immutable literals, each name's last top-level
+    # assignment: a counter or a cache the module changes while it runs is no edit
+    constants = {
+        node.targets[0].id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id.isupper()
+    }
+    for constant, value_node in constants.items():
+        try:
+            literal = ast.literal_eval(value_node)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+        if not isinstance(literal, int | float | complex | str | bytes | bool | tuple | type(None)):
+            continue
+        loaded = vars(module).get(constant, literal)
+        if type(loaded) is type(literal) and not _equal(loaded, literal):
+            here, there = (_short(repr(loaded)), _short(ast.unparse(value_node)))
+            return f"{constant} is {here} here, {there} in the file"
     return None
 
 

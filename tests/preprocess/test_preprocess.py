@@ -71,12 +71,14 @@ def test_a_module_edited_since_its_import_is_refused_not_mixed(
     """A notebook ran ``mymod:fn``, edited mymod.py, ran again: this process ran the old function,
     the spawned workers the new one, and the lineage named the new file (one dataset held both)."""
     mod = tmp_path / "edited_in_a_notebook.py"
-    mod.write_text("def fn(b):\n    return {**b, 'action': b['action'] * 2}\n")
+    # a cache the module fills as it runs (not an edit); a constant it keeps
+    body = "calls = []\nFACTOR = 2\n\ndef fn(b):\n    calls.append(1)\n    return {**b, 'action': b['action'] * FACTOR}\n"
+    mod.write_text(body)
     monkeypatch.syspath_prepend(str(tmp_path))
     ref = "edited_in_a_notebook:fn"
     preprocess.run(golden, ref, "a", workers=1)
-    mod.write_text("# the factor, again\n\ndef fn(b):\n    return {**b, 'action': b['action'] * 2}\n")
-    preprocess.run(golden, ref, "b", workers=1)  # lines moved, same code: runs
+    mod.write_text("# the factor, again\n\n" + body)
+    preprocess.run(golden, ref, "b", workers=1)  # lines moved, same code, the cache filled: runs
     mod.write_text("def fn(b):\n    return {**b, 'action': b['action'] * 10}\n")
     with pytest.raises(FunctionImportError, match="function 'fn' differs"):
         preprocess.run(golden, ref, "c", workers=2)
