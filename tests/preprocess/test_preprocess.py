@@ -72,7 +72,10 @@ def test_a_module_edited_since_its_import_is_refused_not_mixed(
     the spawned workers the new one, and the lineage named the new file (one dataset held both)."""
     mod = tmp_path / "edited_in_a_notebook.py"
     # a cache the module fills as it runs (not an edit); a constant it keeps
-    body = "calls = []\nFACTOR = 2\n\ndef fn(b):\n    calls.append(1)\n    return {**b, 'action': b['action'] * FACTOR}\n"
+    body = (
+        "calls = []\nFACTOR = 2\n\n"
+        "def fn(b):\n    calls.append(1)\n    return {**b, 'action': b['action'] * FACTOR}\n"
+    )
     mod.write_text(body)
     monkeypatch.syspath_prepend(str(tmp_path))
     ref = "edited_in_a_notebook:fn"
