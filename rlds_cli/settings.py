@@ -211,8 +211,8 @@ def seed() -> int | None:
     raw = os.environ.get("RLDS_SEED", "").strip()
     if not raw:
         return None
-    if not (raw.isascii() and raw.isdigit()):  # "²".isdigit(), and int() refuses it
-        raise _bad("RLDS_SEED", raw, "a non-negative integer such as 1234")
+    if not (raw.isascii() and raw.isdigit()) or int(raw) >= 2**63:  # "²".isdigit(); int() refuses it
+        raise _bad("RLDS_SEED", raw, "an integer from 0 to 2**63 - 1 such as 1234")
     return int(raw)
 
 

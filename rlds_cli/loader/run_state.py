@@ -55,9 +55,13 @@ def _dist() -> Any:
 
 
 def check_seed(seed: Any) -> int:
-    """``seed`` as an int, or a :class:`SeedError` naming it."""
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise SeedError(f"seed must be a non-negative integer or None, got {seed!r}")
+    """``seed`` as an int from 0 to 2**63 - 1 (what a saved state holds), or a :class:`SeedError`
+    naming it (a 64-bit seed trained, then its own checkpoint was refused)."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed <= _INT64_MAX:
+        raise SeedError(
+            f"seed must be an integer from 0 to 2**63 - 1 or None, got {seed!r}",
+            hint="a 64-bit or wider seed: take it modulo 2**63 (seed % 2**63)",
+        )
     return int(seed)
 
 

@@ -255,3 +255,25 @@ def test_any_single_field_mutation_loads_cleanly_or_is_refused(kind: str, data: 
     except LoaderStateError:
         assert _same(loader.state_dict(), good), (key, value)
     _batch_ok(kind, loader)
+
+
+def test_a_seed_a_state_cannot_hold_is_refused_up_front(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A seed of 2**63 or more trained, then its own checkpoint was refused at restore time
+    ('seed' must be an integer >= 0, got 9223372036854775808); 2**64 on the device failed in torch."""
+    import rlds_cli
+    from rlds_cli.errors import SeedError
+
+    make_dataset("s", [5, 5])
+    for seed in (2**63, 2**64, 2**128):
+        with pytest.raises(SeedError, match=r"from 0 to 2\*\*63 - 1"):
+            rlds_cli.Loader("s", batch_size=2, seed=seed)
+    monkeypatch.setenv("RLDS_SEED", str(2**63))
+    with pytest.raises(
+        SeedError, match=r"RLDS_SEED='9223372036854775808' is not an integer from 0 to 2\*\*63 - 1"
+    ):
+        rlds_cli.Loader("s", batch_size=2)
+    monkeypatch.delenv("RLDS_SEED")
+    loader = rlds_cli.Loader("s", batch_size=2, seed=2**63 - 1)
+    again = rlds_cli.Loader("s", batch_size=2, seed=2**63 - 1)
+    next(iter(loader.sample()))
+    again.load_state_dict(loader.state_dict())  # its own checkpoint restores
