@@ -330,9 +330,9 @@ def check_view(saved: Any, dataset: Any, what: str, described: str) -> None:
     if saved is None or position is None or saved == position:
         return
     raise LoaderStateError(
-        f"{what} state was saved on {described} as of commit-log byte {saved}; this "
-        f"{what} reads its view as of byte {position}, whose rows are others (evictions and commits "
-        "moved them), so the sampler's state would draw other rows",
+        f"{what} state was saved on a view as of commit-log byte {saved}; this {what} reads "
+        f"{described} as of byte {position}, whose rows are others (evictions and commits moved "
+        "them, or it is another dataset), so the sampler's state would draw other rows",
         hint="resume on that view (GrowingDataset(path, position=...) while its segments are "
         "kept), or start the sampler afresh on the new view",
     )
@@ -340,10 +340,19 @@ def check_view(saved: Any, dataset: Any, what: str, described: str) -> None:
 
 def dataset_fingerprint(dataset: Any) -> str | None:
     """What tells a dataset's rows from another's of the same size: a digest of its manifest's
-    content digests (a copy pulled elsewhere has the same); ``None`` where it records none."""
-    digests = getattr(getattr(dataset, "manifest", None), "content_digest", None)
+    content digests (a copy pulled elsewhere has the same); for a growing dataset, which records
+    none (its rows change with each commit: :func:`check_view` checks its view), its birth: when
+    and by which writer it was created (two recorded the same way had the same commit-log
+    positions, and each one's state restored into the other); ``None`` where it records neither."""
+    manifest = getattr(dataset, "manifest", None)
+    digests = getattr(manifest, "content_digest", None)
     if not digests:
-        return None
+        source = getattr(manifest, "source", None)
+        writer = source.get("writer") if isinstance(source, dict) else None
+        created = getattr(manifest, "created_at", None)
+        if not isinstance(writer, dict) or not writer.get("instance") or not created:
+            return None
+        digests = {"created_at": created, "writer": writer.get("instance")}
     return hashlib.sha256(json.dumps(digests, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
@@ -359,7 +368,8 @@ def check_same_dataset(state: Mapping[str, Any], dataset: Any, what: str) -> Non
 def _other_dataset(what: str, which: str) -> LoaderStateError:
     """The refusal of a ``what`` state saved on another dataset than ``which`` (content digests)."""
     return LoaderStateError(
-        f"{what} state was saved on another dataset than {which} (its content digests differ)",
+        f"{what} state was saved on another dataset than {which} (its content digests differ, or "
+        "for a growing dataset its creation)",
         hint="restore it on the dataset it was saved from, or start afresh",
     )
 

@@ -277,3 +277,34 @@ def test_a_seed_a_state_cannot_hold_is_refused_up_front(monkeypatch: pytest.Monk
     again = rlds_cli.Loader("s", batch_size=2, seed=2**63 - 1)
     next(iter(loader.sample()))
     again.load_state_dict(loader.state_dict())  # its own checkpoint restores
+
+
+def test_a_state_of_another_recorded_dataset_is_refused(isolated_cache: Any) -> None:
+    """Two datasets recorded alike (DatasetWriter: no content digest) had the same commit-log
+    positions, and a state of one restored into a loader over the other without a word."""
+    import rlds_cli
+
+    def record(name: str, lengths: list[int], seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        with rlds_cli.DatasetWriter(name, mode="create", episodes_per_commit=3, commit_interval=1e9) as w:
+            for n in lengths:
+                obs = rng.normal(size=(n + 1, 3)).astype(np.float32)
+                w.add_episode(
+                    {
+                        "observation": obs[:-1],
+                        "next/observation": obs[1:],
+                        "action": rng.normal(size=(n, 2)).astype(np.float32),
+                        "next/reward": np.zeros(n, np.float32),
+                        "next/terminated": np.arange(n) == n - 1,
+                        "next/truncated": np.zeros(n, bool),
+                    }
+                )
+
+    record("robot-a", [5, 7, 9], seed=10)
+    record("robot-b", [9, 7, 5], seed=11)
+    assert rlds_cli.open_dataset("robot-a").log_position == rlds_cli.open_dataset("robot-b").log_position
+    a = Loader("robot-a", batch_size=4, sampler="slice", slice_len=4, seed=0)
+    a.sample()
+    with pytest.raises(LoaderStateError, match="saved on another dataset than 'robot-b'"):
+        Loader("robot-b", batch_size=4, sampler="slice", slice_len=4, seed=0).load_state_dict(a.state_dict())
+    Loader("robot-a", batch_size=4, sampler="slice", slice_len=4, seed=0).load_state_dict(a.state_dict())
