@@ -48,6 +48,7 @@ from rlds_cli.loader.run_state import (
     dataset_fingerprint,
     rank_world,
     run_seed,
+    sources_fingerprint,
     view_state,
 )
 from rlds_cli.loader.samplers import Draw, Episodes, ViewChange, positive_int, split_draw
@@ -357,6 +358,9 @@ class Loader:
     def _settings(self) -> dict[str, Any]:
         """What a state must be restored with (:func:`~rlds_cli.loader.run_state.check_settings`)."""
         dataset = dataset_fingerprint(self.dataset)
+        members = getattr(self.source, "datasets", None) if self.dataset is None else None
+        if members is not None:  # a MixtureSource: its members, in order (rows are numbered so)
+            dataset = sources_fingerprint(getattr(self.source, "names", []), members)
         return {**self._sampler_settings, "batch_size": self.batch_size, "dataset": dataset}
 
     def _make_sampler(self, sampler: str | Sampler, seed: int | None, options: dict[str, Any]) -> Sampler:

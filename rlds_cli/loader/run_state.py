@@ -27,7 +27,7 @@ import logging
 import math
 import secrets
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -354,6 +354,16 @@ def dataset_fingerprint(dataset: Any) -> str | None:
             return None
         digests = {"created_at": created, "writer": writer.get("instance")}
     return hashlib.sha256(json.dumps(digests, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def sources_fingerprint(names: Sequence[str], datasets: Sequence[Any]) -> str | None:
+    """:func:`dataset_fingerprint` of a source of several datasets (a ``MixtureSource``): its
+    members' names and identities, in order (a state over ``{sim, real}`` restored into one over
+    ``{real, sim}`` drew other rows); ``None`` where a member records none."""
+    prints = [dataset_fingerprint(ds) for ds in datasets]
+    if any(p is None for p in prints):
+        return None
+    return hashlib.sha256(json.dumps([list(names), prints]).encode()).hexdigest()[:32]
 
 
 def check_same_dataset(state: Mapping[str, Any], dataset: Any, what: str) -> None:

@@ -308,3 +308,24 @@ def test_a_state_of_another_recorded_dataset_is_refused(isolated_cache: Any) -> 
     with pytest.raises(LoaderStateError, match="saved on another dataset than 'robot-b'"):
         Loader("robot-b", batch_size=4, sampler="slice", slice_len=4, seed=0).load_state_dict(a.state_dict())
     Loader("robot-a", batch_size=4, sampler="slice", slice_len=4, seed=0).load_state_dict(a.state_dict())
+
+
+def test_a_state_over_another_mixture_source_is_refused() -> None:
+    """A Loader over a MixtureSource recorded no dataset: a state over {sim, real} restored into
+    one over {real, sim} (rows numbered otherwise) or over another dataset of as many steps."""
+    from rlds_cli.loader import MixtureSource
+
+    make_dataset("sim", [3, 4, 5])
+    make_dataset("real", [6, 2])
+    make_dataset("whole", [5, 5, 5, 5])
+    keys = ["observation", "action"]
+    saved = Loader(MixtureSource({"sim": "sim", "real": "real"}, keys=keys), 4, sampler="epoch", seed=0)
+    saved.sample()
+    state = saved.state_dict()
+    for sources in ({"real": "real", "sim": "sim"}, {"whole": "whole"}):
+        other = Loader(MixtureSource(sources, keys=keys), 4, sampler="epoch", seed=0)
+        with pytest.raises(LoaderStateError, match="saved on another dataset"):
+            other.load_state_dict(state)
+    same = Loader(MixtureSource({"sim": "sim", "real": "real"}, keys=keys), 4, sampler="epoch", seed=0)
+    same.load_state_dict(state)
+    assert np.array_equal(same.sample()["index"], saved.sample()["index"])
