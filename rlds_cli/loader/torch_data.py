@@ -189,8 +189,14 @@ class _EpochCursor:
         """Batches of a pass over an epoch drawn from its start (``None``: endless)."""
         raise NotImplementedError
 
+    def _config(self) -> dict[str, Any]:
+        """The settings besides ``shuffle`` that make the stream (``drop_last``, a sampler's
+        options): a state restores only where they are the same."""
+        raise NotImplementedError
+
     def _check_shuffle(self, state: Any) -> None:
-        """Refuse a state saved in another shuffle mode (its epoch order is another one); a state
+        """Refuse a state saved in another shuffle mode (its epoch order is another one) or with
+        other :meth:`_config` settings (a slice length, ``drop_last``: another stream); a state
         without the field (saved before it was kept) is taken."""
         if isinstance(state, Mapping) and state.get("shuffle", self.shuffle) != self.shuffle:
             raise LoaderStateError(
@@ -198,6 +204,15 @@ class _EpochCursor:
                 f"not {self.shuffle!r}",
                 hint="restore it with the shuffle mode it was saved with",
             )
+        saved, mine = (state.get("config") if isinstance(state, Mapping) else None), self._config()
+        if isinstance(saved, Mapping):
+            for key in sorted(set(saved) | set(mine)):
+                if saved.get(key) != mine.get(key):
+                    raise LoaderStateError(
+                        f"{type(self).__name__} state was saved with {key}={saved.get(key)!r}, not "
+                        f"{mine.get(key)!r}",
+                        hint="restore it with the settings it was saved with",
+                    )
 
     def _planned(self) -> int | None:
         """The batches of the current epoch when it was resumed at another world size."""
@@ -421,9 +436,13 @@ class EpochBatchSampler(_EpochCursor, Sampler[list[int]]):
             "shuffle": self.shuffle,
             "rank": self.rank,
             "world_size": self.world_size,
+            "config": self._config(),
         }
         state.update(self._resumed_fields())
         return state
+
+    def _config(self) -> dict[str, Any]:
+        return {"drop_last": self.drop_last}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict`: the next pass yields the rest of its epoch.
@@ -671,8 +690,13 @@ class TedIterableDataset(_EpochCursor, IterableDataset):
             "rank": self.rank,
             "world_size": self.world_size,
             "dataset": dataset_fingerprint(self.dataset),
+            "config": self._config(),
             **self._resumed_fields(),
         }
+
+    def _config(self) -> dict[str, Any]:
+        options = {f"option {k}": repr(v) for k, v in sorted(self.sampler_options.items())}
+        return {"drop_last": self.drop_last, "num_batches": self.num_batches, **options}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict`: the next pass yields the rest of its epoch.

@@ -202,3 +202,27 @@ def test_a_state_of_another_dataset_of_the_same_size_is_refused(ted_dataset: Ted
     mapped(a).load_state_dict(state)
     with pytest.raises(LoaderStateError, match="saved on another dataset than 'b12'"):
         mapped(b).load_state_dict(state)
+
+
+def test_a_state_with_other_sampler_options_or_drop_last_is_refused() -> None:
+    """The states recorded neither the sampler's options nor drop_last: a slice_len=8 state
+    restored into slice_len=16, a drop_last=False one into drop_last=True, each another stream."""
+    from rlds_cli.errors import LoaderStateError
+    from tests.dataset_fixtures import make_dataset
+
+    make_dataset("opts", [9, 12, 15, 7])
+    saved = TedIterableDataset("opts", 4, shuffle="slice", slice_len=2, num_batches=5, seed=0)
+    next(iter(saved))
+    state = saved.state_dict()
+    for options, says in (
+        ({"slice_len": 4}, "option slice_len='2', not '4'"),
+        ({"slice_len": 2, "padded": "both"}, "option padded"),
+    ):
+        other = TedIterableDataset("opts", 4, shuffle="slice", num_batches=5, seed=0, **options)
+        with pytest.raises(LoaderStateError, match=says):
+            other.load_state_dict(state)
+    TedIterableDataset("opts", 4, shuffle="slice", slice_len=2, num_batches=5, seed=0).load_state_dict(state)
+    sampler = EpochBatchSampler(43, 4, seed=0)
+    next(iter(sampler))
+    with pytest.raises(LoaderStateError, match="drop_last=False, not True"):
+        EpochBatchSampler(43, 4, seed=0, drop_last=True).load_state_dict(sampler.state_dict())
