@@ -132,6 +132,7 @@ class BlockSampler:
         self.history: list[Generation] = []
         self._order: np.ndarray | None = None
         self._batches = 0
+        self.unserved = 0  # of the epoch, over every rank, as of its last plan (Elastic)
 
     @property
     def num_blocks(self) -> int:
@@ -186,6 +187,7 @@ class BlockSampler:
         """This rank's order in the current generation and the batches every rank runs in it."""
         what = type(self).__name__
         rest = replay(self.sequence(epoch), self.num_steps, history, self._orders(epoch), what)
+        self.unserved = len(rest)
         order = self._rank_order(rest, epoch, len(history), self.world_size, self.rank)
         return order, batches_for(len(rest), self.world_size, self.batch_size)
 

@@ -303,6 +303,7 @@ class EpochSampler:
         self.history: list[Generation] = []
         self.batch = 0
         self._batches = 0
+        self.unserved = 0  # of the epoch, over every rank, as of its last plan (Elastic)
         if self.drop_last and self.steps_per_epoch < self.batch_size:
             raise ValueError(
                 f"batch_size={self.batch_size} with drop_last=True is more than the "
@@ -349,6 +350,7 @@ class EpochSampler:
 
         full = epoch_permutation(self.num_steps, seed, epoch, self.shuffle)
         rest = replay(full, self.num_steps, history, orders, "EpochSampler")
+        self.unserved = len(rest)
         if self.drop_last:  # every rank the same number of whole batches; the rest is dropped
             batches = (len(rest) // self.world_size) // self.batch_size
         else:

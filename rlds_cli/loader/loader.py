@@ -750,9 +750,11 @@ class Loader:
         self._epoch_end_pending = bool(state.get("epoch_end_pending", False))
         # the next ``for`` finishes the pass the state was saved in
         self.finish_pass(state.get("pass_left"))
-        if shared and self._epoch_done is not None and self._epoch_done():
-            # the steps left were too few for a batch here (drop_last): the epoch is over with no
-            # batch, and the resumed pass ends it (it served the next epoch's batches instead)
+        elastic_left = isinstance(self.sampler, Elastic) and self.sampler.unserved > 0
+        if shared and elastic_left and self._epoch_done is not None and self._epoch_done():
+            # steps are left, too few for a batch here (drop_last): the epoch is over with no
+            # batch, and the resumed pass ends it (it served the next epoch's batches instead);
+            # none left (saved after the loop that finished it): the next pass is the next epoch
             self._epoch_end_pending = True
         if state.get("seed") is not None:
             self.seed = int(state["seed"])

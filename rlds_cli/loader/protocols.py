@@ -77,6 +77,10 @@ class Elastic(Protocol):
     """An epoch sampler that resumes from every rank's state at another world size
     (:mod:`rlds_cli.loader.epoch`)."""
 
+    #: Steps of the current epoch no rank has been served, over every rank, as of its last plan
+    #: (a :meth:`resume` plans; 0: the states had finished it: the next pass is the next epoch).
+    unserved: int
+
     def resume(self, states: Sequence[dict[str, Any]]) -> None:
         """Go on with the steps of the epoch that none of ``states`` (one per rank) consumed."""
         ...

@@ -286,3 +286,25 @@ def test_epoch_batch_sampler_refuses_states_that_do_not_resume() -> None:
     assert list(again) == list(fresh)
     with pytest.raises(LoaderStateError, match="steps were taken"):
         again.load_state_dict({**resumed, "steps": 31})
+
+
+@pytest.mark.parametrize("sampler", ["epoch", "blocks"])
+def test_a_state_saved_after_the_loop_resumes_with_the_next_epoch_at_any_world_size(
+    ted_dataset: Any, sampler: str
+) -> None:
+    """Saved after a ``for`` pass that finished epoch 0, restored at another world size: the next
+    pass was empty (epoch 0 "ended" again), and a training loop lost an epoch without a word."""
+    ds = ted_dataset([8] * 7)
+    options: dict[str, Any] = {"sampler": sampler, "seed": 1, "keys": []}
+    two = [Loader(ds, 7, rank=r, world_size=2, **options) for r in range(2)]
+    for loader in two:
+        assert len(list(loader)) == 4  # epoch 0, whole
+    merged = merge_states([loader.state_dict() for loader in two])
+    for world in (1, 2, 3):
+        ranks = [Loader(ds, 7, rank=r, world_size=world, **options) for r in range(world)]
+        seen = []
+        for loader in ranks:
+            loader.load_state_dict(merged)
+            seen += [i for batch in loader for i in np.asarray(batch["index"]).tolist()]
+            assert loader.sampler.epoch == 1  # type: ignore[attr-defined]
+        assert sorted(set(seen)) == list(range(56)), world  # epoch 1 over the ranks, every step
