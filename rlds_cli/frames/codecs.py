@@ -632,17 +632,26 @@ class FramesMode:
         return None if self.codec is None else frame_format(tuple(shape), dtype, self.codec)
 
 
-def unencodable(shape: tuple[int, ...], dtype: np.dtype | str, codec: str) -> str | None:
-    """Why arrays of per-step ``shape`` and ``dtype`` that look like images (2 or 3 axes, both
-    sides at least :data:`MIN_SIDE`, 1, 3 or 4 channels) stay arrays under ``codec`` (``None``:
-    they are frames it stores, or they do not look like images)."""
+def _channels_first(shape: tuple[int, ...]) -> bool | None:
+    """Whether per-step ``shape`` looks like an image with its channels first (``(C, H, W)``),
+    ``False`` with them last or none (``(H, W, C)``, ``(H, W)``); ``None`` when it does not look like
+    an image: not 2 or 3 axes, no axis of 1, 3 or 4 channels at either end, a side under
+    :data:`MIN_SIDE` (the rule :func:`frame_format` and :func:`unencodable` share)."""
     if len(shape) not in (2, 3):
         return None
     if len(shape) == 3 and shape[2] not in (1, 3, 4) and shape[0] not in (1, 3, 4):
         return None
     channels_first = len(shape) == 3 and shape[2] not in (1, 3, 4)
     height, width = (shape[1], shape[2]) if channels_first else (shape[0], shape[1])
-    if min(height, width) < MIN_SIDE:
+    return None if min(height, width) < MIN_SIDE else channels_first
+
+
+def unencodable(shape: tuple[int, ...], dtype: np.dtype | str, codec: str) -> str | None:
+    """Why arrays of per-step ``shape`` and ``dtype`` that look like images (2 or 3 axes, both
+    sides at least :data:`MIN_SIDE`, 1, 3 or 4 channels) stay arrays under ``codec`` (``None``:
+    they are frames it stores, or they do not look like images)."""
+    channels_first = _channels_first(tuple(shape))
+    if channels_first is None:
         return None
     if np.dtype(dtype) != np.uint8:
         return f"{np.dtype(dtype)}, and frames are uint8"
@@ -652,11 +661,8 @@ def unencodable(shape: tuple[int, ...], dtype: np.dtype | str, codec: str) -> st
 def frame_format(shape: tuple[int, ...], dtype: np.dtype | str, codec: str) -> FrameFormat | None:
     """The :class:`FrameFormat` that stores arrays of per-step ``shape`` and ``dtype`` with
     ``codec``; ``None`` when they are not camera frames ``codec`` can hold (see the module)."""
-    if np.dtype(dtype) != np.uint8 or len(shape) not in (2, 3):
-        return None
-    channels_first = len(shape) == 3 and shape[2] not in (1, 3, 4) and shape[0] in (1, 3, 4)
-    height, width = (shape[1], shape[2]) if channels_first else (shape[0], shape[1])
-    if min(height, width) < MIN_SIDE:
+    channels_first = _channels_first(tuple(shape))
+    if np.dtype(dtype) != np.uint8 or channels_first is None:
         return None
     if frame_shape_problem(tuple(shape), channels_first, codec) is not None:
         return None
