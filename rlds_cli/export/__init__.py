@@ -238,14 +238,13 @@ _DISK_HINT = "free space there, or export to another disk"
 
 
 @contextmanager
-def atomic_target(
-    out: Path, *, overwrite: bool, need: int = 0, file: bool = False, marker: str | None = None
-) -> Iterator[Path]:
+def atomic_target(out: Path, *, overwrite: bool, folder: str | None, need: int = 0) -> Iterator[Path]:
     """Yield a temporary path beside ``out`` (a file or a folder); on success it replaces ``out``.
     ``out`` may not be the current folder, a folder holding it, or the home folder
-    (:func:`_refuse_replacing_cwd`); an export that is one ``file`` never replaces a folder, and
-    a folder export replaces only an empty folder or one holding its ``marker`` (the file each
-    export of that format writes: ``--force`` removed any folder of the user's files).
+    (:func:`_refuse_replacing_cwd`). ``folder`` is the file every export of a folder format writes
+    (``meta.json``); ``None``: the export is one file. An export replaces only an earlier one
+    (``--force`` removed a folder of the user's files): one file never replaces a folder, and a
+    folder export replaces only a folder holding its ``folder`` file, or an empty one.
 
     Raises:
         DiskFullError: The disk has not ``need`` bytes free (checked first: HDF5 meeting a full disk
@@ -255,19 +254,19 @@ def atomic_target(
     _refuse_link(out)
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists", hint="pass --force to replace it, or pick another path")
-    if file and out.is_dir():
+    if folder is None and out.is_dir():
         raise ExportError(
             f"{out} is a folder, and this export is one file: --force replaces an earlier export, "
             "never a folder", hint=f"name the file to write, e.g. {out / 'NAME'}",
         )  # fmt: skip
-    if marker is not None and out.exists() and not out.is_dir():
+    if folder is not None and out.exists() and not out.is_dir():
         raise ExportError(
             f"{out} is a file, and this export is a folder: --force replaces an earlier export, "
             "never a file", hint=f"export to a path of its own, e.g. {out}-export",
         )  # fmt: skip
-    if marker is not None and out.is_dir() and not (out / marker).exists() and any(out.iterdir()):
+    if folder is not None and out.is_dir() and not (out / folder).exists() and any(out.iterdir()):
         raise ExportError(
-            f"{out} is a folder that holds no earlier export of this format (no {marker}): --force "
+            f"{out} is a folder that holds no earlier export of this format (no {folder}): --force "
             "replaces an earlier export, never a folder of other files",
             hint=f"export to a path of its own, e.g. {out / 'NAME'}, or remove {out} yourself",
         )

@@ -50,7 +50,7 @@ def export_amago(
     has_time = "time_idx" in dataset.stored_fields
     flat = [*names, *(["time_idx"] if has_time else [])]
     keys = [*flat, *(f"next/{k}" for k in flat), "action", "next/reward", "next/terminated"]
-    with atomic_target(Path(out), overwrite=overwrite, marker="buffer/fifo") as tmp:
+    with atomic_target(Path(out), overwrite=overwrite, folder="buffer/fifo") as tmp:
         fifo = tmp / "buffer" / "fifo"
         fifo.mkdir(parents=True)
         for i in range(dataset.num_episodes):

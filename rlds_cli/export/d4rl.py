@@ -66,7 +66,7 @@ def export_d4rl(
     columns = _columns(dataset)
     n = dataset.num_steps
     need = raw_bytes(dataset, {key: n for key, _, _ in columns.values()})
-    with atomic_target(out, overwrite=overwrite, need=need, file=True) as tmp, h5py.File(tmp, "w") as f:
+    with atomic_target(out, overwrite=overwrite, need=need, folder=None) as tmp, h5py.File(tmp, "w") as f:
         for name, (key, shape, dtype) in columns.items():
             target = f.create_dataset(name, shape=(n, *shape), dtype=np.dtype(dtype))
             for start, data in _chunks(dataset, key, shape):
@@ -85,7 +85,7 @@ def export_npz(
     array by array (never a whole array in memory)."""
     columns = _columns(dataset)
     n = dataset.num_steps
-    target = atomic_target(out, overwrite=overwrite, file=True)
+    target = atomic_target(out, overwrite=overwrite, folder=None)
     with target as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as zf:
         for name, (key, shape, dtype) in columns.items():
             with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:

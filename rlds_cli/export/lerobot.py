@@ -210,7 +210,7 @@ def export_lerobot(
     fps, tasks, names, cameras, features = plan.fps, plan.tasks, plan.names, plan.cameras, plan.features
     fields = dataset.stored_fields
     order = list(features)
-    with atomic_target(out, overwrite=overwrite, marker="meta/info.json") as tmp:
+    with atomic_target(out, overwrite=overwrite, folder="meta/info.json") as tmp:
         (tmp / "meta" / "episodes" / "chunk-000").mkdir(parents=True)
         (tmp / "data" / "chunk-000").mkdir(parents=True)
         videos = {
@@ -557,7 +557,7 @@ def export_lerobot_v21(
     plan = plan_export(dataset)
     order = list(plan.features)
     cameras = {k: layout for k, layout in plan.cameras.items() if layout is not None}
-    with atomic_target(out, overwrite=overwrite, marker="meta/info.json") as tmp:
+    with atomic_target(out, overwrite=overwrite, folder="meta/info.json") as tmp:
         (tmp / "meta").mkdir(parents=True)
         # one line an episode, written as it is made (memory stays one episode's)
         with (

@@ -273,7 +273,7 @@ def export_minari(
         if k not in jpeg
     }
     need = raw_bytes(dataset, rows) + sum(os.path.getsize(column.path) for column in jpeg.values())
-    with atomic_target(out, overwrite=overwrite, need=need, marker="data/metadata.json") as tmp:
+    with atomic_target(out, overwrite=overwrite, need=need, folder="data/metadata.json") as tmp:
         data_dir = tmp / "data"
         data_dir.mkdir(parents=True)
         with h5py.File(data_dir / "main_data.hdf5", "w") as f:

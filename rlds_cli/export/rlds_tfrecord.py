@@ -383,7 +383,7 @@ def export_rlds(
     columns = {leaf.key: dataset.column(leaf.key) for leaf in plan.leaves}
     columns["next/terminated"] = dataset.column("next/terminated")
     episode_values = dataset.episode_source_arrays() if plan.episode else {}
-    with atomic_target(out, overwrite=overwrite, marker="dataset_info.json") as tmp:
+    with atomic_target(out, overwrite=overwrite, folder="dataset_info.json") as tmp:
         tmp.mkdir()
         shards = _Shards(tmp, max(1, int(shard_bytes)))
         try:

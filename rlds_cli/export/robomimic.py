@@ -155,7 +155,7 @@ def export_robomimic(
     widened = {"next/terminated": "<i8"}
     need = raw_bytes(dataset, dict.fromkeys(keys, dataset.num_steps), widened)
     arrays = dataset.episode_source_arrays()  # each demo's attributes: read once
-    with atomic_target(out, overwrite=overwrite, need=need, file=True) as tmp, h5py.File(tmp, "w") as f:
+    with atomic_target(out, overwrite=overwrite, need=need, folder=None) as tmp, h5py.File(tmp, "w") as f:
         data = f.create_group("data")
         for i, name in enumerate(names):
             start, length = int(index["start"][i]), int(index["length"][i])

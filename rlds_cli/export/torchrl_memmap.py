@@ -81,7 +81,7 @@ def export_torchrl(
                 hint="rename the key (rlds preprocess) before exporting",
             )
         specs[path] = (tuple(shape), dtype)
-    with atomic_target(out, overwrite=overwrite, marker="meta.json") as tmp:
+    with atomic_target(out, overwrite=overwrite, folder="meta.json") as tmp:
         _write_meta(tmp, specs, n)
         handles = {path: open(_file(tmp, path), "wb") for path in specs}  # noqa: SIM115
         try:
