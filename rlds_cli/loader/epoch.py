@@ -350,12 +350,26 @@ class EpochSampler:
 
         full = epoch_permutation(self.num_steps, seed, epoch, self.shuffle)
         rest = replay(full, self.num_steps, history, orders, "EpochSampler")
+        if self.drop_last and history and self._ran_out(full, history, orders):
+            rest = rest[:0]  # every rank ran its last whole batch: the remainder was dropped
         self.unserved = len(rest)
         if self.drop_last:  # every rank the same number of whole batches; the rest is dropped
             batches = (len(rest) // self.world_size) // self.batch_size
         else:
             batches = batches_for(len(rest), self.world_size, self.batch_size)
         return rest[self.rank :: self.world_size], batches
+
+    def _ran_out(self, full: np.ndarray, history: Sequence[Generation], orders: Orders) -> bool:
+        """Whether every rank of ``history``'s last generation ran all its whole batches (with
+        ``drop_last``: the epoch ended there, its remainder dropped, not owed to a later one)."""
+        world, positions = history[-1]
+        before = replay(full, self.num_steps, history[:-1], orders, "EpochSampler")
+        shares = orders(before, len(history) - 1, world)
+        if len(history) == 1:  # each rank its own share's whole batches
+            ends = [len(s) // self.batch_size * self.batch_size for s in shares]
+        else:  # every rank the same whole batches (see _plan)
+            ends = [len(before) // world // self.batch_size * self.batch_size] * world
+        return all(p >= end for p, end in zip(positions, ends, strict=True))
 
     def set_epoch(self, epoch: int) -> None:
         """Jump to the start of ``epoch``."""

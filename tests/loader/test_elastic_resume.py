@@ -308,3 +308,36 @@ def test_a_state_saved_after_the_loop_resumes_with_the_next_epoch_at_any_world_s
             seen += [i for batch in loader for i in np.asarray(batch["index"]).tolist()]
             assert loader.sampler.epoch == 1  # type: ignore[attr-defined]
         assert sorted(set(seen)) == list(range(56)), world  # epoch 1 over the ranks, every step
+
+
+def test_a_drop_last_epoch_every_rank_finished_resumes_with_the_next_epoch(ted_dataset: Any) -> None:
+    """With ``drop_last``, the steps an epoch dropped (too few for a whole batch on each rank)
+    were served after an elastic resume as an extra pass of the finished epoch: steps no
+    uninterrupted run serves, and every later epoch one behind."""
+    ds = ted_dataset([8] * 7)
+    options: dict[str, Any] = {"sampler": "epoch", "seed": 1, "keys": [], "drop_last": True}
+    two = [Loader(ds, 8, rank=r, world_size=2, **options) for r in range(2)]
+    for loader in two:
+        assert len(list(loader)) == 3  # 28 steps a rank: 3 whole batches, 4 dropped
+    merged = merge_states([loader.state_dict() for loader in two])
+    for world in (1, 2, 3):
+        ranks = [Loader(ds, 8, rank=r, world_size=world, **options) for r in range(world)]
+        for loader in ranks:
+            loader.load_state_dict(merged)
+            fresh = Loader(ds, 8, rank=loader.rank, world_size=world, **options)
+            fresh.sampler.set_epoch(1)  # type: ignore[attr-defined]
+            got = [np.asarray(b["index"]).tolist() for b in loader]
+            assert got == [np.asarray(b["index"]).tolist() for b in fresh], world
+            assert loader.sampler.epoch == 1  # type: ignore[attr-defined]
+
+
+def test_a_drop_last_epoch_resumed_mid_way_still_owes_its_steps() -> None:
+    """Only a finished generation ends the epoch: mid-way, the unconsumed steps are served."""
+    ranks = [EpochSampler(56, 8, 1, drop_last=True, rank=r, world_size=2) for r in range(2)]
+    served = [i for s in ranks for i in s.sample().tolist()]
+    one = EpochSampler(56, 8, 1, drop_last=True)
+    one.resume([s.state_dict() for s in ranks])
+    while not one.epoch_done():
+        served += one.sample().tolist()
+    assert len(served) == len(set(served)) == 56  # 16 before, 40 after: 5 whole batches
+    assert one.epoch == 0
