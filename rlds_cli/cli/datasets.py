@@ -569,7 +569,7 @@ def stats(
                     f"{name} {k}: {len(unknown)} of its {int(np.prod(s['shape']))} dimension(s) hold NaN or "
                     f"infinite values ({shown}): "
                     f"their statistics are unknown ('-', null in JSON), and Normalize would make every value "
-                    f"of them NaN; 'rlds inspect {name} --check' finds the steps"
+                    f"of them NaN; 'rlds audit {name}' flags the episodes (nonfinite)"
                 )
     if json:
         output.print_json(data)

@@ -40,7 +40,7 @@ import numpy as np
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.ted import join_key
 from rlds_cli.errors import MixtureError
-from rlds_cli.loader.normalization import NormalizationStats, json_ready
+from rlds_cli.loader.normalization import DEFAULT_EPS, NormalizationStats, json_ready, statistics_dataset
 
 _FORMAT = "rlds-normalization-table"
 _VERSION = 1
@@ -212,7 +212,6 @@ class NormalizationTable:
         """The table of a ``MixtureLoader`` over ``datasets`` (names as sources, no renaming) with
         a ``Normalize(keys=keys)`` per source (a view uses its parent's statistics)."""
         from rlds_cli.loader.opening import open_dataset
-        from rlds_cli.loader.transforms import Normalize
 
         entries = {}
         for i, given in enumerate(datasets):
@@ -235,13 +234,11 @@ class NormalizationTable:
             if not ds.num_steps:
                 raise MixtureError(f"dataset {ds.name!r} has no steps to compute statistics of",
                                    hint="record or convert some first")  # fmt: skip
-            norm = Normalize(keys=list(keys), eps=eps)
-            norm.bind(ds)
-            assert norm.statistics is not None
+            # Normalize's statistics, those not finite kept (shown unknown; Normalize refuses them)
+            stats = NormalizationStats.from_dataset(ds, keys, eps=DEFAULT_EPS if eps is None else eps)
             shapes = {key: shape for key, (shape, _) in ds.fields.items()}
-            entries[ds.name] = source_entry(
-                i, ds.name, [(norm.statistics, norm.stored_keys, norm.origin)], shapes
-            )
+            same = {key: key for key in stats.keys}
+            entries[ds.name] = source_entry(i, ds.name, [(stats, same, statistics_dataset(ds))], shapes)
         return cls.from_sources(entries)
 
     # ------------------------------------------------------------------ reading

@@ -115,7 +115,20 @@ class Normalize:
             )
 
     def _use(self, stats: Mapping[str, Any], source: str) -> None:
-        self.statistics = NormalizationStats.from_mapping(stats, self.keys, eps=self.eps, source=source)
+        statistics = NormalizationStats.from_mapping(stats, self.keys, eps=self.eps, source=source)
+        for key in self.keys:  # a NaN statistic made every value of its dimension NaN, silently
+            unknown = np.flatnonzero(~np.isfinite(statistics.mean[key] + statistics.std[key]))
+            if len(unknown):
+                shown = ", ".join(map(str, unknown[:8])) + (", ..." if len(unknown) > 8 else "")
+                raise ValueError(
+                    f"Normalize: the statistics of {key!r} from {source} are not finite in "
+                    f"{len(unknown)} of its {statistics.mean[key].size} dimension(s) (flat index "
+                    f"{shown}): the data holds NaN or infinite values there, and every normalized "
+                    "value of them would be NaN; 'rlds audit NAME' flags the episodes (nonfinite) "
+                    "and 'rlds audit NAME --keep NAME-clean' makes a view without them, or pass "
+                    "Normalize(stats=...) with finite statistics"
+                )
+        self.statistics = statistics
         self.source = source
         self._pairs = {}
         self.stats = {k: self.pair(k, np.float32) for k in self.keys}

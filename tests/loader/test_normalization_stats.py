@@ -209,3 +209,24 @@ def test_float64_values_far_from_zero_are_normalized_in_float64(isolated_cache: 
         rows = values[batch["index"].numpy()[mine]]
         own = (rows - values.mean(axis=0)) / (values.std(axis=0) + 1e-6)
         np.testing.assert_allclose(batch["observation"].numpy()[mine], own, atol=1e-6)
+
+
+def test_statistics_that_are_not_finite_are_refused_by_dimension(isolated_cache: Path) -> None:
+    """One NaN in one step made the mean of its dimension NaN, and Normalize silently turned every
+    value of that dimension, in every batch, into NaN."""
+    rng = np.random.default_rng(0)
+    with rlds_cli.DatasetWriter("holes", mode="append") as writer:
+        for e in range(3):
+            obs = rng.standard_normal((11, 3)).astype(np.float32)
+            obs[4, 2] = np.nan if e == 1 else obs[4, 2]
+            done = np.arange(10) == 9
+            writer.add_episode({"observation": obs[:-1], "next/observation": obs[1:],
+                                "action": np.zeros((10, 2), np.float32), "next/reward": np.zeros(10, np.float32),
+                                "next/terminated": done, "next/truncated": np.zeros(10, bool)})  # fmt: skip
+    with pytest.raises(ValueError, match=r"of 'observation' from dataset 'holes' are not finite in 1 of its 3 "
+                       r"dimension\(s\) \(flat index 2\).*rlds audit"):  # fmt: skip
+        Loader("holes", 8, transform=Normalize())
+    given = {"action": {"mean": [0.0, float("inf")], "std": [1.0, 1.0]}}
+    with pytest.raises(ValueError, match=r"'action' from statistics given are not finite in 1 of its 2"):
+        Normalize(given, keys=["action"])
+    assert Normalize({"action": {"mean": [0.0, 1.0], "std": [1.0, 1.0]}}, keys=["action"]).statistics
