@@ -220,11 +220,16 @@ def test_statistics_that_are_not_finite_are_refused_by_dimension(isolated_cache:
             obs = rng.standard_normal((11, 3)).astype(np.float32)
             obs[4, 2] = np.nan if e == 1 else obs[4, 2]
             done = np.arange(10) == 9
-            writer.add_episode({"observation": obs[:-1], "next/observation": obs[1:],
-                                "action": np.zeros((10, 2), np.float32), "next/reward": np.zeros(10, np.float32),
-                                "next/terminated": done, "next/truncated": np.zeros(10, bool)})  # fmt: skip
-    with pytest.raises(ValueError, match=r"of 'observation' from dataset 'holes' are not finite in 1 of its 3 "
-                       r"dimension\(s\) \(flat index 2\).*rlds audit"):  # fmt: skip
+            writer.add_episode({
+                "observation": obs[:-1],
+                "next/observation": obs[1:],
+                "action": np.zeros((10, 2), np.float32),
+                "next/reward": np.zeros(10, np.float32),
+                "next/terminated": done,
+                "next/truncated": np.zeros(10, bool),
+            })  # fmt: skip
+    refused = r"'observation' from dataset 'holes' are not finite in 1 of its 3 dimension\(s\) \(flat index 2"
+    with pytest.raises(ValueError, match=refused + ".*rlds audit"):
         Loader("holes", 8, transform=Normalize())
     given = {"action": {"mean": [0.0, float("inf")], "std": [1.0, 1.0]}}
     with pytest.raises(ValueError, match=r"'action' from statistics given are not finite in 1 of its 2"):
