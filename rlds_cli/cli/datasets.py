@@ -198,10 +198,11 @@ def _render_check(report: Any) -> None:
 def _fmt_stats(s: dict[str, Any], digits: int = 2) -> str:
     if s["mean"] is None:
         return "- (no episode)"
-    return (
-        f"min {s['min']:.{digits}f}  mean {s['mean']:.{digits}f}  max {s['max']:.{digits}f}  "
-        f"std {s['std']:.{digits}f}"
-    )
+
+    def fixed(x: float) -> str:  # 1e308 as 309 digits filled the screen
+        return f"{x:.{digits}f}" if abs(x) < 1e12 else f"{x:.{digits + 1}g}"
+
+    return "  ".join(f"{name} {fixed(s[name])}" for name in ("min", "mean", "max", "std"))
 
 
 def render_summary(info: dict[str, Any]) -> None:

@@ -32,12 +32,13 @@ def _stats(values: np.ndarray) -> dict[str, float | None]:
     if values.size == 0:
         return {"min": None, "max": None, "mean": None, "std": None}
     values = values.astype(np.float64)
-    return {
-        "min": float(values.min()),
-        "max": float(values.max()),
-        "mean": float(values.mean()),
-        "std": float(values.std()),
-    }
+    with np.errstate(over="ignore", invalid="ignore"):  # inf returns: numpy's inf/nan, no warning
+        return {
+            "min": float(values.min()),
+            "max": float(values.max()),
+            "mean": float(values.mean()),
+            "std": float(values.std()),
+        }
 
 
 def _length_stats(lengths: np.ndarray) -> dict[str, Any]:
@@ -116,7 +117,12 @@ def histogram(values: np.ndarray, bins: int = HISTOGRAM_BINS) -> dict[str, list[
     values = values[np.isfinite(values)]
     if values.size == 0:
         return {"counts": [], "edges": []}
-    counts, edges = np.histogram(values, bins=bins)
+    lo, hi = float(values.min()), float(values.max())
+    if np.isfinite(hi - lo):
+        counts, edges = np.histogram(values, bins=bins)
+    else:  # a range past float64's largest (numpy refuses it): edges mixed without the difference
+        t = np.arange(bins + 1) / bins
+        counts, edges = np.histogram(values, bins=lo * (1 - t) + hi * t)
     return {"counts": counts.tolist(), "edges": edges.tolist()}
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -67,6 +69,28 @@ def test_histogram() -> None:
         "edges": [1.0, 2.0, 3.0, 4.0],
     }
     assert histogram(np.array([])) == {"counts": [], "edges": []}
+
+
+def test_returns_past_what_float64_can_subtract_are_shown(tmp_path: Path) -> None:
+    """Returns -1e308 and 1e308 (finite, their range is not): "unexpected ValueError: Too many
+    bins"; the min printed as 309 digits; inf returns warned from inside numpy."""
+    hist = histogram(np.array([-1e308, 1e308, 0.0, 0.0]), bins=4)
+    assert hist["counts"] == [1, 0, 2, 1] and hist["edges"][0] == -1e308 and hist["edges"][-1] == 1e308
+    path = tmp_path / "wide.hdf5"
+    with h5py.File(path, "w") as f:  # three one-step episodes
+        f["observations"] = np.zeros((3, 2), np.float32)
+        f["actions"] = np.zeros((3, 1), np.float32)
+        f["rewards"] = np.array([-1e308, 1e308, np.inf])
+        f["terminals"] = np.ones(3, bool)
+        f["timeouts"] = np.zeros(3, bool)
+    convert(path, "wide")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = runner.invoke(app, ["inspect", "wide"])
+    assert result.exit_code == 0, result.output
+    assert "episode return  min -1e+308  mean inf  max inf  std nan" in result.stdout
+    assert sum(json.loads(runner.invoke(app, ["inspect", "wide", "--json"]).stdout)["histograms"]
+               ["episode_return"]["counts"]) == 2  # fmt: skip
 
 
 def test_length_bins_are_whole_numbers_and_end_at_the_longest() -> None:
