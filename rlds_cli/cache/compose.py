@@ -137,9 +137,10 @@ def composed_selection(
     # in a view's source terms ('rlds view' and 'rlds split' report these)
     note: dict[str, Any] = {"parent": source.name, "episodes": [int(ids[0]), int(ids[-1]) + 1]}
     note.update({"selection": how} if how else {})
-    lineage_of = [source]  # the lineage names what it was made of: the composed dataset
+    # the lineage names what it was made of (the composed dataset), its card the parents it holds
+    # episodes of (the source's card listed the licences of parents it holds none of)
     joined = _concat_index(index)
-    return _composed_manifest(parents, parts, joined, name, "select", note, lineage_of), joined
+    return _composed_manifest(parents, parts, joined, name, "select", note, [source]), joined
 
 
 def _count(value: Any, option: str) -> int:
@@ -298,9 +299,11 @@ def _composed_manifest(
     note: dict[str, Any],
     lineage_of: list[Dataset] | None = None,
 ) -> Manifest:
-    """The manifest of a composed dataset of ``parts`` (of ``parents``) with episode ``index``."""
+    """The manifest of a composed dataset of ``parts`` (of ``parents``) with episode ``index``;
+    its lineage names ``lineage_of`` (default: the parents), its card is the parents' cards."""
     fields: dict[str, FieldSpec] = dict(parents[0].manifest.fields)
-    makers = lineage_of or _unique(parents)  # what it was made of: their cards make its card
+    held = _unique(parents)
+    makers = lineage_of or held
     envs = [ds.manifest.env for ds in parents]
     manifest = Manifest(
         name=name,
@@ -325,7 +328,7 @@ def _composed_manifest(
         content_digest={"algorithm": digest.ALGORITHM, "episodes": digest.array_digest(index)},
         # the same environment for every part, or none known
         env=envs[0] if all(e == envs[0] for e in envs) else {},
-        card=combine_cards([dataset_card(ds) for ds in makers], [ds.name for ds in makers]),
+        card=combine_cards([dataset_card(ds) for ds in held], [ds.name for ds in held]),
     )
     return manifest
 

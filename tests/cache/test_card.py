@@ -137,6 +137,11 @@ def test_a_mixture_of_incompatible_licences_says_so(tmp_path: Path) -> None:
     view_card = open_dataset("abv").manifest.card
     assert view_card["license_conflicts"] == merged.card["license_conflicts"]
     assert "a (CC-BY-NC-4.0)" in view_card["license_conflicts"][0]
+    # a selection holding one parent's episodes alone had every parent's licences and conflicts
+    assert runner.invoke(app, ["view", "ab", "--episodes", "0:2", "--name", "a-only"]).exit_code == 0
+    assert runner.invoke(app, ["drop", "ab", "--episodes", "0:2", "--name", "b-only"]).exit_code == 0
+    assert open_dataset("a-only").manifest.card == {"license": "CC-BY-NC-4.0", "license_from": "user"}
+    assert open_dataset("b-only").manifest.card == {"license": "Apache-2.0", "license_from": "user"}
 
 
 def test_a_hub_push_writes_the_card_and_croissant(hub: Any, monkeypatch: pytest.MonkeyPatch) -> None:
