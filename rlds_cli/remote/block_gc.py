@@ -4,6 +4,7 @@ processes left, blocks that fail their crc32c, files no ledger counts), with a r
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,14 @@ from rlds_cli._util.io import crc32c
 from rlds_cli._util.locks import pid_alive
 from rlds_cli.errors import RemoteCacheDamagedError
 from rlds_cli.remote.block_cache import BlockCache
-from rlds_cli.remote.block_ledger import LEDGER_FILE
+from rlds_cli.remote.block_ledger import BLOCKS_DIR, LEDGER_FILE, LOCK_FILE
+
+#: A pushed version's folder (the URL's hash and the manifest's), in the file and block caches.
+VERSION_FOLDER = re.compile(r"[0-9a-f]{16}-[0-9a-f]{16}")
+#: A whole file being fetched: ``<rel>.<pid>.<tag>.part`` (:class:`~rlds_cli.remote.files.RemoteFiles`).
+FILE_PART = re.compile(r".+\.(\d+)\.[0-9a-f]{8}\.part")
+#: What rlds writes at the top of a cache folder besides version folders (SQLite's side files too).
+_OWN = {BLOCKS_DIR, LOCK_FILE, *(LEDGER_FILE + end for end in ("", "-wal", "-shm", "-journal"))}
 
 
 @dataclass
@@ -54,11 +62,11 @@ def gc_blocks(root: str | os.PathLike[str], *, dry_run: bool = False) -> GcRepor
         if cache.root.exists():
             raise RemoteCacheDamagedError(f"the remote cache {cache.root} is not a folder")
         return report
-    for part in sorted(cache.root.rglob("*.part")):  # the whole-file cache: <rel>.<pid>.<tag>.part
-        if cache.folder in part.parents:
-            continue
-        bits = part.name.split(".")
-        if len(bits) >= 3 and bits[-3].isdigit() and not pid_alive(int(bits[-3])):
+    _refuse_foreign(cache.root)
+    versions = [p for p in cache.root.iterdir() if p.is_dir() and VERSION_FOLDER.fullmatch(p.name)]
+    for part in sorted(p for version in versions for p in version.rglob("*.part")):  # whole files
+        match = FILE_PART.fullmatch(part.name)
+        if match and part.is_file() and not pid_alive(int(match[1])):
             report.freed_bytes += part.stat().st_size
             remove(part)
             report.reclaimed.append(str(part))
@@ -113,6 +121,24 @@ def gc_blocks(root: str | os.PathLike[str], *, dry_run: bool = False) -> GcRepor
                     remove(path)
                     (report.reclaimed if stem and pid.isdigit() else report.unledgered).append(str(path))
     return report
+
+
+def _refuse_foreign(root: Path) -> None:
+    """Refuse a folder holding what rlds never writes in a remote cache (a mistyped path: its
+    files would be taken for leftovers and removed)."""
+    foreign = [p.name for p in root.iterdir() if p.name not in _OWN and not VERSION_FOLDER.fullmatch(p.name)]
+    blocks = root / BLOCKS_DIR
+    if blocks.is_dir():
+        inside = [p.name for p in blocks.iterdir() if not VERSION_FOLDER.fullmatch(p.name)]
+        foreign += [f"{BLOCKS_DIR}/{name}" for name in inside]
+    if foreign:
+        shown = ", ".join(repr(name) for name in sorted(foreign)[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise RemoteCacheDamagedError(
+            f"{root} is not an rlds remote cache: it holds {shown}, which rlds never writes there; "
+            "nothing was removed",
+            hint="pass the folder given as cache=DIR or $RLDS_REMOTE_CACHE (it holds blocks/, "
+            "blocks.db and folders named <hash>-<hash>)",
+        )
 
 
 def _intact(cache: BlockCache, name: str, size: int, crc: int) -> bool:

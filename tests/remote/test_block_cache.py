@@ -31,6 +31,7 @@ from rlds_cli.remote.files import RemoteFiles  # noqa: E402
 from rlds_cli.remote.reader import RemoteDataset, RemoteNotReadableError  # noqa: E402
 from rlds_cli.remote.transfer import push  # noqa: E402
 from tests.faults import count_steps, kill_at  # noqa: E402
+from tests.formats_fixtures import refused  # noqa: E402
 from tests.remote.test_remote import moto_endpoint, s3  # noqa: E402, F401  (fixtures)
 from tests.remote.test_remote_read import URL, assert_same, build, read_everything  # noqa: E402
 
@@ -1021,6 +1022,39 @@ def test_gc_reclaims_a_dead_reader_s_reservation(local: Any, tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     reclaimed = json.loads(result.stdout)["remote_cache"]["reclaimed"]
     assert reclaimed and not list((cache / "blocks").rglob("*.part.*"))
+
+
+def test_gc_refuses_a_folder_that_is_not_a_remote_cache(tmp_path: Path) -> None:
+    """A mistyped --remote-cache removed every file under DIR/blocks/ ("not counted") and any
+    NAME.<digits>.X.part in the tree (a browser's half download), and said it cleaned up."""
+    folder = tmp_path / "mine"
+    (folder / "blocks" / "lego").mkdir(parents=True)
+    (folder / "blocks" / "lego" / "instructions.txt").write_text("precious\n")
+    (folder / "downloads").mkdir()
+    (folder / "downloads" / "movie.2024.mkv.part").write_text("half\n")
+    before = sorted(p for p in folder.rglob("*"))
+    for dry in ([], ["--dry-run"]):
+        result = runner.invoke(app, ["gc", "--remote-cache", str(folder), *dry])
+        refused(
+            result, f"{folder} is not an rlds remote cache: it holds 'blocks/lego', 'downloads'", hint=True
+        )
+    assert sorted(p for p in folder.rglob("*")) == before
+    (folder / "blocks" / "lego" / "instructions.txt").unlink()
+    (folder / "blocks" / "lego").rmdir()
+    refused(runner.invoke(app, ["gc", "--remote-cache", str(folder)]), "it holds 'downloads', which rlds")
+    # a cache folder's own names pass, a foreign .part inside a version folder is left alone
+    (folder / "downloads" / "movie.2024.mkv.part").unlink()
+    (folder / "downloads").rmdir()
+    version = folder / "0123456789abcdef-0123456789abcdef"
+    version.mkdir()
+    (version / "x.2024.mkv.part").write_text("not ours\n")
+    (version / "arrays.npy.999999999.0123abcd.part").write_text("a dead reader's\n")
+    result = runner.invoke(app, ["gc", "--remote-cache", str(folder), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["remote_cache"]["reclaimed"] == [
+        str(version / "arrays.npy.999999999.0123abcd.part")
+    ]
+    assert [p.name for p in version.iterdir()] == ["x.2024.mkv.part"]
 
 
 def test_gc_reads_the_blocks_without_holding_the_cache_s_lock(
