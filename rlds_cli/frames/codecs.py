@@ -335,13 +335,16 @@ def _check_png_chunks(data: memoryview) -> None:
     raise FrameError("a damaged png frame: it is cut short (no IEND chunk)")
 
 
-def damaged_frame(row: int, label: str, path: Any, problem: str) -> CorruptDatasetError:
+#: What to do about a damaged frame of a dataset in the cache.
+DAMAGED_FRAME_HINT = "'rlds verify NAME' checks every file of the dataset; download or convert it again"
+
+
+def damaged_frame(
+    row: int, label: str, path: Any, problem: str, hint: str = DAMAGED_FRAME_HINT
+) -> CorruptDatasetError:
     """The error for stored frame ``row`` of column ``label`` (file ``path``) that does not
     decode as its column says (``problem``: the codec's or the header check's words)."""
-    return CorruptDatasetError(
-        f"frame {row} of {label} ({path}) is damaged: {problem}",
-        hint="'rlds verify NAME' checks every file of the dataset; download or convert it again",
-    )
+    return CorruptDatasetError(f"frame {row} of {label} ({path}) is damaged: {problem}", hint=hint)
 
 
 def decode(data: Any, fmt: FrameFormat) -> np.ndarray:

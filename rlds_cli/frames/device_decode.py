@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli.errors import CorruptDatasetError, FrameError
-from rlds_cli.frames.codecs import FrameFormat, check_frame, damaged_frame, decode_into
+from rlds_cli.frames.codecs import FrameFormat, check_frame, decode_into
 
 __all__ = ["DeviceFrames", "EncodedRows", "device_decode_problem"]
 
@@ -188,6 +188,6 @@ class DeviceFrames:
                     # check it strictly on the host; one the host reads (trailing bytes) goes on
                     decode_into(frame, fmt, np.empty(fmt.shape, np.uint8))
             except FrameError as exc:
-                raise damaged_frame(int(distinct[i]), self.label, column.path, exc.message) from None
+                raise column.damaged(int(distinct[i]), exc.message) from None
             data[offsets[i] : offsets[i + 1]] = raw
         return EncodedRows(data, offsets, distinct, inverse.reshape(rows.shape), rows.shape, column)

@@ -52,7 +52,7 @@ from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog.registry import resolve_name
 from rlds_cli.errors import FrameError, InvalidSelectionError, ViewerError, import_extra
-from rlds_cli.frames.codecs import FrameFormat, check_frame, damaged_frame, encode_many, frame_shape_problem
+from rlds_cli.frames.codecs import FrameFormat, check_frame, encode_many, frame_shape_problem
 from rlds_cli.inspection.audit import AuditReport, AuditTolerances, KeyRoles, audit
 
 __all__ = [
@@ -426,7 +426,7 @@ class EpisodeContent:
                     try:
                         check_frame(image, cam.fmt)
                     except FrameError as exc:
-                        raise damaged_frame(row, stored.label, stored.path, exc.message) from None
+                        raise stored.damaged(row, exc.message) from None
                 yield files
             else:
                 rows = np.asarray(column[a:b], np.uint8)

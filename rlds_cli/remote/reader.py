@@ -66,7 +66,7 @@ from rlds_cli.errors import (
 )
 from rlds_cli.remote import store
 from rlds_cli.remote.block_cache import BlockHold, shared_block_cache
-from rlds_cli.remote.files import RemoteArrayFiles, RemoteFiles, write_small_file
+from rlds_cli.remote.files import REPUSH_HINT, RemoteArrayFiles, RemoteFiles, write_small_file
 from rlds_cli.remote.store import INDEX_FILE
 
 
@@ -523,6 +523,7 @@ class RemoteFramesColumn(FramesColumn):
 
     #: Reads the store at every access (each read is followed by the replacement check).
     stable_once_open = False
+    damage_hint = REPUSH_HINT
 
     def __init__(self, files: RemoteFiles, rel: str, ends: Any, fmt: Any, label: str, size: int) -> None:
         super().__init__(files.where(rel), ends, fmt, label, size=size)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import pickle
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -523,6 +524,16 @@ def test_a_changed_remote_frame_is_named(isolated_cache: Path) -> None:
     )
     report = check_digests(open_dataset(URL))
     assert not report.ok and report.problems[0].key == "pixels"
+    # a frame that no longer decodes: mended by pushing again (the hint said 'rlds verify NAME')
+    column = open_dataset(URL).column("pixels")
+    hints = []
+    for row in range(len(column)):  # one frame a read: a range of the file, decoded, not block-checked
+        try:
+            column[row]
+        except CorruptDatasetError as exc:
+            hints.append((str(exc), exc.hint))
+    assert len(hints) == 1 and re.match(r"frame 3 of 'pixels' .*@frames\) is damaged", hints[0][0])
+    assert hints[0][1] is not None and "rlds push NAME URL --force" in hints[0][1]
 
 
 @pytest.mark.parametrize("how", ["gather", "loader"])

@@ -24,6 +24,7 @@ from rlds_cli.cache.backends.base import Backend, ColumnWriter, key_path
 from rlds_cli.cache.backends.memmap import NpyColumnWriter, load_npy, release_pages
 from rlds_cli.errors import ConversionError, CorruptDatasetError, FrameError
 from rlds_cli.frames.codecs import (
+    DAMAGED_FRAME_HINT,
     DEFAULT_JPEG_QUALITY,
     EncodedFrames,
     FrameFormat,
@@ -235,6 +236,8 @@ class FramesColumn:
 
     #: Read ``key`` and ``next/key`` rows with one :meth:`read_into` (the TED reader's pairing).
     one_row_chunks = True
+    #: What to do about a frame that does not decode (where the column's copy is mended).
+    damage_hint = DAMAGED_FRAME_HINT
     #: Keeps reading the file it mapped (see :attr:`rlds_cli.cache.backends.base.Backend.stable_once_open`).
     stable_once_open = True
     dtype = np.dtype(np.uint8)
@@ -368,6 +371,10 @@ class FramesColumn:
             rows = np.where(rows < 0, rows + len(self), rows)
         return self.read_into(rows, np.empty(rows.shape + self.format.shape, np.uint8))
 
+    def damaged(self, row: int, problem: str) -> CorruptDatasetError:
+        """The error for stored frame ``row`` that does not decode (``problem``: why)."""
+        return damaged_frame(row, self.label, self.path, problem, self.damage_hint)
+
     def read_into(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Decode ``rows`` (in range, any shape) into ``out`` (``rows.shape + shape`` uint8,
         C-contiguous), each distinct row once; returns ``out``.
@@ -386,9 +393,7 @@ class FramesColumn:
         try:
             decode_many(stored, len(distinct), self.format, frames, first.tolist())
         except FrameError as exc:
-            raise damaged_frame(
-                int(distinct[getattr(exc, "index", 0)]), self.label, self.path, exc.message
-            ) from None
+            raise self.damaged(int(distinct[getattr(exc, "index", 0)]), exc.message) from None
         if len(distinct) != len(flat):
             source = first[inverse.reshape(-1)]
             again = np.flatnonzero(source != np.arange(len(flat)))
