@@ -210,6 +210,12 @@ def episode_columns(cols: dict[str, np.ndarray], what: str = "episode") -> Episo
     n = length(cols, what)
     if n == 0:
         raise EpisodeFormatError(f"{what} has no steps")
+    empty = next((k for k, v in cols.items() if v.ndim > 1 and 0 in v.shape[1:]), None)
+    if empty is not None:  # stored as (0, 0): a segment that reads back as damaged
+        raise EpisodeFormatError(
+            f"{what}: {empty!r} has rows of shape {cols[empty].shape[1:]}, which hold no value",
+            hint="leave the key out (conversions drop such keys too); nothing of this episode was written",
+        )
     term, trunc = _flags(cols, n, what)
     done = term | trunc
     problem = ted.episode_done_problem(done)

@@ -89,6 +89,11 @@ CASES = {
     "dates": (_with("info/t", np.array(["2020-01-01"] * 4, "datetime64[D]")), "'info/t'.*dates"),
     "structured records": (_with("info/s", np.zeros(4, [("x", "f4"), ("y", "i4")])), "'info/s'.*structured"),
     "a ragged list": (_with("info/r", [[1.0], [1.0, 2.0], [1.0], [1.0]]), "'info/r'"),
+    # committed as a (0, 0) file: every read of the dataset then called it damaged
+    "rows that hold no value": (
+        _with("info/e", np.zeros((4, 0), np.float32)),
+        r"'info/e' has rows of shape \(0,\)",
+    ),
     # stored, it was hidden by the step position every batch writes itself
     "a key named index": (_with("index", np.zeros(4, np.int64)), "'index' is a name every batch gives"),
 }
