@@ -6,7 +6,7 @@ dataset's episodes. Each writes only a manifest and an episode index (O(episodes
 pinning each parent's version, through a :class:`~rlds_cli.cache.transaction.CacheTransaction`.
 
 ``rlds downsample`` keeps every k-th step and is materialized through a
-:class:`~rlds_cli.cache.builder.DatasetBuilder` (``N / k`` rows; frames re-encoded). Step ``i``
+:class:`~rlds_cli.cache.builder.DatasetBuilder` (``N / k`` rows; frames copied as stored). Step ``i``
 covers the parent's steps ``[i*k, min(i*k + k, L))``: every key is the window's first step's,
 except ``next/reward`` (summed), ``next/terminated`` and ``next/truncated`` (any step's), and
 other ``next/...`` keys (the last step's). Its next observation is the next window's first or
@@ -393,8 +393,6 @@ def downsample_dataset(
             hint=fixed_copy_hint(parent),
         )
     fields = source.manifest.fields
-    framed = [spec.codec for spec in fields.values() if spec.codec != "raw"]
-    frames = framed[0].partition(":")[0] if framed else None
     row_bytes = sum(spec.row_bytes for spec in fields.values())
     budget = max(1, BLOCK_BYTES // max(1, row_bytes))
     verify_parent(source)  # a copy of damaged arrays would verify clean
@@ -406,8 +404,7 @@ def downsample_dataset(
         root=cache,
         backend=source.manifest.backend,
         replace=replace,
-        lock_timeout=lock_timeout,
-        frames=frames,
+        lock_timeout=lock_timeout,  # frames: kept as the parent stores them (never encoded again)
     ) as builder:
         for first, stop in _blocks(index["length"].astype(np.int64), budget):
             builder.append(_window_block(source, index, first, stop, window))
@@ -507,10 +504,13 @@ def _window_block(source: Dataset, index: np.ndarray, first: int, stop: int, eve
     for key, spec in source.manifest.fields.items():
         column = source.column(key)
         if spec.storage == "flat":  # step t of episode e: flat row t + e; its final row after
-            rows = np.asarray(column[step0 + first : step0 + first + n + len(lengths)])
             flat_first = win_first + win_ep
             finals = ep_starts + lengths + np.arange(len(lengths))
             take = np.insert(flat_first, np.cumsum(kept), finals)
+            if getattr(column, "stored_format", None) is not None:  # frames copied as stored
+                observations[key] = column.encoded_rows(step0 + first + take)
+                continue
+            rows = np.asarray(column[step0 + first : step0 + first + n + len(lengths)])
             observations[key] = rows[take]
             continue
         rows = np.asarray(column[step0 : step0 + n])
