@@ -38,6 +38,7 @@ from rlds_cli.errors import (
     DatasetExistsError,
     DatasetNotFoundError,
     LockTimeoutError,
+    RldsError,
 )
 
 # Locks are rlds_cli._util.locks' (fcntl.flock on POSIX): filelock costs ~16 ms to import.
@@ -98,6 +99,23 @@ def cache_overlap(path: str | os.PathLike[str], root: Path) -> str | None:
         if how is not None:
             return f"{how} the rlds cache's {name}/ folder ({root / name})"
     return None
+
+
+def refuse_cache_output(
+    path: str | os.PathLike[str],
+    root: str | os.PathLike[str] | CacheRoot | None,
+    what: str,
+    error: type[RldsError],
+) -> None:
+    """Raise ``error`` where writing the user-named file ``path`` (``what``: "the page", "the
+    table") would reach the cache at ``root`` (``None``: the default one): :func:`cache_overlap`.
+    Writing a page or table over a dataset's manifest destroyed the dataset and said it wrote."""
+    how = cache_overlap(path, root.path if isinstance(root, CacheRoot) else settings.cache_root(root))
+    if how is not None:
+        raise error(
+            f"cannot write {what} to {path}: it {how}, whose files it would write over",
+            hint="write it outside the cache's own folders (datasets, tmp, locks, raw)",
+        )
 
 
 def target_problem(

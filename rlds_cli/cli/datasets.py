@@ -148,7 +148,7 @@ def inspect(
     if plot is not None:
         from rlds_cli.inspection.summary import plot_dataset
 
-        info["plot"] = str(plot_dataset(dataset, plot))
+        info["plot"] = str(plot_dataset(dataset, plot, root))
     report = None
     if check:
         from rlds_cli.inspection.validate import check_dataset
@@ -559,7 +559,7 @@ def stats(
     resolved = [resolve_name(n, root) for n in names]
     table = NormalizationTable.from_datasets(resolved, key or ["action"], root=root)
     if normalization_table is not None:
-        table.save(normalization_table)
+        table.save(normalization_table, root=root)
     data = table.to_dict()
     for name, entry in data["sources"].items():
         for k, s in entry["keys"].items():

@@ -19,6 +19,7 @@ from rlds_cli.cache.card import dataset_card
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episode_table import episode_returns
 from rlds_cli.cache.layout import ARRAYS_DIR
+from rlds_cli.cache.root import refuse_cache_output
 from rlds_cli.catalog.scores import dataset_scores
 from rlds_cli.errors import ExportError, import_extra
 
@@ -241,9 +242,9 @@ def describe(ds: Dataset, *, statistics: bool = True, budget: Budget | None = No
 TRACED_EPISODES = 3
 
 
-def plot_dataset(ds: Dataset, out: str | Path) -> Path:
+def plot_dataset(ds: Dataset, out: str | Path, root: str | Path | None = None) -> Path:
     """Write a PNG: episode return and length histograms, and the first observation
-    dimensions of a few episodes over time.
+    dimensions of a few episodes over time (refused inside the cache's own folders at ``root``).
 
     Raises:
         MissingExtraError: matplotlib is not installed (``pip install 'rlds-cli[plot]'``).
@@ -267,6 +268,11 @@ def plot_dataset(ds: Dataset, out: str | Path) -> Path:
     if problem is not None:
         plt.close(fig)
         raise ExportError(f"--plot {out} {problem}", hint="give a file name such as plot.png")
+    try:
+        refuse_cache_output(out, root, "the plot", ExportError)
+    except ExportError:
+        plt.close(fig)
+        raise
     table = ds.episodes
     axes[0].hist(table.returns, bins=30, color="tab:blue")
     axes[0].set(title="episode return", xlabel="return", ylabel="episodes")

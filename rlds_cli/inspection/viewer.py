@@ -49,7 +49,7 @@ from rlds_cli.cache.card import dataset_fps
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import is_url
 from rlds_cli.cache.opening import open_dataset
-from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cache.root import CacheRoot, refuse_cache_output
 from rlds_cli.catalog.registry import resolve_name
 from rlds_cli.errors import FrameError, InvalidSelectionError, ViewerError, import_extra
 from rlds_cli.frames.codecs import FrameFormat, check_frame, encode_many, frame_shape_problem
@@ -165,6 +165,7 @@ def write_episode_page(
             f"cannot write the page to {path}: its folder {path.parent} does not exist",
             hint="create the folder first, or write the page elsewhere",
         )
+    refuse_cache_output(path, root, "the page", ViewerError)
     page = EpisodeContent(dataset, episodes, audit_flags, tolerances, fps, root)
     summary = PageSummary(path)
     atomic_write(path, lambda fh: page.write(fh, summary))
@@ -541,6 +542,7 @@ def write_rerun(
         raise ViewerError(
             f"cannot write the recording to {path}: {what}", hint="name an .rrd file in a folder"
         )
+    refuse_cache_output(path, root, "the recording", ViewerError)
     content = EpisodeContent(dataset, episodes, audit_flags, tolerances, fps, root)
     summary = RerunSummary(path, cameras=[c.key for c in content.cameras])
     with atomic_path(path) as tmp:

@@ -336,14 +336,17 @@ class NormalizationTable:
                              "statistics_of": e["statistics_of"], "keys": keys}  # fmt: skip
         return {"format": _FORMAT, "version": _VERSION, "sources": sources}
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the table as JSON to ``path``, whole or not at all. Returns the path."""
+    def save(self, path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> Path:
+        """Write the table as JSON to ``path``, whole or not at all (refused inside the cache's
+        own folders at ``root``, default: ``$RLDS_HOME``'s). Returns the path."""
         from rlds_cli._util.io import atomic_write
+        from rlds_cli.cache.root import refuse_cache_output
 
         target = Path(path)
         if target.is_dir():
             raise MixtureError(f"cannot write the normalization table to {target}: it is a folder",
                                hint="give a file name, e.g. norm.json")  # fmt: skip
+        refuse_cache_output(target, root, "the normalization table", MixtureError)
         atomic_write(target, json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n", fsync=False)
         return target
 

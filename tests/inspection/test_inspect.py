@@ -16,6 +16,7 @@ from rlds_cli.cache.blocks import Budget
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cli.app import app
 from rlds_cli.inspection.summary import describe, histogram, key_statistics, length_histogram
+from rlds_cli.inspection.validate import check_dataset
 from rlds_cli.sources.convert import convert
 from tests.d4rl_fixtures import write_d4rl
 
@@ -243,3 +244,26 @@ def test_a_dataset_of_no_episode_yet_shows_no_figures(isolated_cache: Path, tmp_
     page = runner.invoke(app, ["show", "empty0", "-o", str(tmp_path / "e.html")])
     assert page.exit_code == 1
     assert page.stderr.splitlines()[0] == "error: dataset 'empty0' holds no episode yet: nothing to show"
+
+
+@pytest.mark.parametrize("command", ["show", "stats", "plot"])
+def test_a_page_table_or_plot_is_never_written_into_the_cache(tmp_path: Path, command: str) -> None:
+    """`show -o` and `stats --normalization-table` wrote over a dataset's manifest or episode
+    index, said they wrote, and left the dataset unreadable (`export` refused the same paths)."""
+    if command == "plot":
+        pytest.importorskip("matplotlib")
+    convert(_file_with_nans(tmp_path / "f.hdf5"), "f")
+    victim = open_dataset("f").directory / ("plot.png" if command == "plot" else "manifest.json")
+    before = {p: p.read_bytes() for p in victim.parent.rglob("*") if p.is_file()}
+    args = {
+        "show": ["show", "f", "-o", str(victim)],
+        "stats": ["stats", "f", "--key", "action", "--normalization-table", str(victim)],
+        "plot": ["inspect", "f", "--plot", str(victim)],
+    }[command]
+    result = runner.invoke(app, args)
+    assert (
+        result.exit_code == 1
+        and f"to {victim}: it lies inside the rlds cache's datasets/ folder" in result.stderr
+    )
+    assert {p: p.read_bytes() for p in victim.parent.rglob("*") if p.is_file()} == before
+    assert check_dataset(open_dataset("f")).ok
