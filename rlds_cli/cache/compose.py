@@ -225,21 +225,28 @@ def schema_difference(a: Dataset, b: Dataset) -> str | None:
 
 
 def check_readable(ds: Dataset) -> None:
-    """Open every column of ``ds`` (through a view's or composed dataset's parents, each checked to
-    be the version it pins), reading no rows: what ``ds`` reads is there, so a dataset made of it
-    can be read. A dataset whose chain is broken (a grandparent replaced) was published, exit 0.
-
-    A dataset that reads no parent (converted, growing) has no chain to check: nothing is opened.
+    """Check that what ``ds`` reads is there, reading no rows, so a dataset made of it can be
+    read: every file at its full size (``--no-verify`` published a merge of a parent with a file
+    missing), and through a view's or composed dataset's parents, each the version it pins (a
+    broken chain, a grandparent replaced, was published, exit 0).
 
     Raises:
-        CorruptDatasetError: A parent is gone or replaced, or a column does not open.
+        CorruptDatasetError: A file is missing or short, a parent is gone or replaced, or a column
+            does not open.
     """
     if isinstance(ds, ComposedDataset):  # it opens its parents' columns when read
         for part in ds.segment_datasets():
             check_readable(part)
-    elif ds.manifest.layout == VIEW_LAYOUT:
+        return
+    if ds.manifest.layout == VIEW_LAYOUT:
         for key in ds.manifest.fields:
             ds.column(key)
+    problems = ds.check_files()
+    if problems:
+        raise CorruptDatasetError(
+            f"dataset {ds.name!r} cannot be read: {problems[0]}",
+            hint=f"'rlds inspect {ds.name} --check' lists every problem",
+        )
 
 
 def verify_parent(ds: Dataset, shown_at: Path | None = None) -> None:

@@ -146,6 +146,15 @@ def test_merge_verifies_the_parents_digests(ab: tuple[object, object]) -> None:
     assert not CacheRoot().exists("c")
     merge_datasets(["a", "b"], "c", verify=False)  # asked not to read them: made
     assert not check_dataset(open_dataset("c")).ok  # and --check finds the damage
+    # a missing or short file is found without reading any: refused even so (it was published)
+    with open(path, "r+b") as fh:
+        fh.truncate(path.stat().st_size - 4)
+    with pytest.raises(CorruptDatasetError, match=r"dataset 'b' cannot be read: array file .*action.npy"):
+        merge_datasets(["a", "b"], "d", verify=False)
+    path.unlink()
+    with pytest.raises(CorruptDatasetError, match=r"dataset 'b' cannot be read: .*action.npy is missing"):
+        merge_datasets(["a", "b"], "d", verify=False)
+    assert not CacheRoot().exists("d")
 
 
 def test_merge_of_a_growing_dataset_is_refused(ab: tuple[object, object]) -> None:
