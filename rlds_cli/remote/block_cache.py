@@ -61,7 +61,7 @@ import numpy as np
 
 from rlds_cli._util.io import crc32c
 from rlds_cli._util.locks import pid_alive
-from rlds_cli.errors import CorruptDatasetError, RemoteCacheFullError
+from rlds_cli.errors import CorruptDatasetError, DiskFullError, RemoteCacheFullError, is_disk_full
 from rlds_cli.remote.block_ledger import (
     BLOCKS_DIR,
     LEDGER_BYTES,
@@ -567,9 +567,18 @@ class BlockCache:
                 ready: list[tuple[str, int]] = []
                 for b, data in _fetch_checked(source, window):
                     part = self._part(b.name, pid)
-                    part.parent.mkdir(parents=True, exist_ok=True)
-                    with open(part, "wb") as fh:
-                        fh.write(data)
+                    try:
+                        part.parent.mkdir(parents=True, exist_ok=True)
+                        with open(part, "wb") as fh:
+                            fh.write(data)
+                    except OSError as exc:  # not the store's damage: this disk's room
+                        if is_disk_full(exc):
+                            raise DiskFullError(
+                                f"no space left on the disk of the remote cache {self.root} for a block",
+                                hint="free space on that disk, or give a smaller cache_limit "
+                                "(RLDS_REMOTE_CACHE_LIMIT) than the disk holds",
+                            ) from None
+                        raise
                     final = self.block_path(b.name)
                     os.replace(part, final)
                     # checked against the push as it was written: this process need not read it back

@@ -25,12 +25,14 @@ from rlds_cli.cache.layout import MANIFEST_FILE
 from rlds_cli.cache.manifest import Manifest, parse_manifest
 from rlds_cli.errors import (
     CorruptDatasetError,
+    DiskFullError,
     MissingExtraError,
     RemoteAccessError,
     RemoteCorruptError,
     RemoteDatasetNotFoundError,
     RemoteExistsError,
     RldsError,
+    is_disk_full,
 )
 from rlds_cli.remote import refuse_offline
 
@@ -214,6 +216,11 @@ def translated(url: str, *, write: bool = False) -> Iterator[None]:
     except ModuleNotFoundError as exc:
         raise MissingExtraError(f"{url}: needs {exc.name}, which is not installed", hint=EXTRA_HINT) from None
     except Exception as exc:
+        if is_disk_full(exc):  # the local copy's disk, not the store
+            where = getattr(exc, "filename", None)
+            raise DiskFullError(
+                f"no space left on the local disk reading {url}" + (f" into {where}" if where else "")
+            ) from None
         raise access_error(url, exc, write=write) from None
 
 

@@ -357,6 +357,35 @@ def _read_all(cache: str) -> None:
         z.gather(np.arange(start, min(z.num_steps, start + 40)))
 
 
+def test_a_full_local_disk_is_named_as_such_not_as_damage_of_the_store(
+    local: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk smaller than the cache's limit: "zarr array ... is damaged: OSError: No space left"
+    with a hint to 'rlds verify NAME' (the block cache); "the store failed ... check the URL, the
+    endpoint and the credentials" (the whole-file cache, pull)."""
+    import errno
+
+    from rlds_cli.errors import DiskFullError
+    from rlds_cli.remote.store import translated
+
+    def full(path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if "w" in mode:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return open(path, mode, *args, **kwargs)
+
+    refused = f"no space left on the disk of the remote cache {tmp_path / 'c'}"
+    with monkeypatch.context() as patched, pytest.raises(DiskFullError, match=refused):
+        patched.setattr(block_cache, "open", full, raising=False)
+        _read_all(str(tmp_path / "c"))
+    assert not list((tmp_path / "c" / "blocks").rglob("*.part*"))  # its reservations dropped
+    _read_all(str(tmp_path / "c"))  # room again: the same cache reads on
+    disk_full = pytest.raises(
+        DiskFullError, match=r"no space left on the local disk reading s3://b/x into /c/f"
+    )
+    with disk_full, translated("s3://b/x"):
+        raise OSError(errno.ENOSPC, "No space left on device", "/c/f")
+
+
 def test_a_kill_at_every_step_never_leaves_the_cache_over_its_limit(local: Any, tmp_path: Path) -> None:
     cache = tmp_path / "c"
     _read_all(str(cache))  # a full cache: the reads below evict
