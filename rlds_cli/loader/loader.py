@@ -141,7 +141,9 @@ class Loader:
             ``mask/<key>``, e.g. ``"train"``; see :mod:`rlds_cli.cache.views`), a view made
             on the fly as for ``episodes`` (not both). An unknown key is refused, naming the
             dataset's keys.
-        cache: For a URL: the folder of its local cache (default ``$RLDS_REMOTE_CACHE``).
+        cache: For a URL: the folder of its local cache (default ``$RLDS_REMOTE_CACHE``;
+            refused with a dataset opened already, as ``cache_limit`` is: give them to
+            :func:`~rlds_cli.open_dataset`).
         cache_limit: For a URL: bytes ``cache`` may hold (``"20G"``; default
             ``$RLDS_REMOTE_CACHE_LIMIT``): checked blocks evicted least recently used
             (:mod:`rlds_cli.remote.block_cache`).
@@ -262,6 +264,12 @@ class Loader:
         ``filter_key`` (a view made on the fly)."""
         if not isinstance(dataset, Dataset):
             dataset = open_dataset(dataset, root, cache=cache, cache_limit=cache_limit)
+        elif cache is not None or cache_limit is not None:  # silently read without them
+            raise ValueError(
+                f"cache= and cache_limit= apply to a URL the Loader opens; dataset {dataset.name!r} "
+                "is open already: pass them to rlds_cli.open_dataset(URL, cache=..., cache_limit=...), "
+                "or give the Loader the URL"
+            )
         if episodes is None and filter_key is None:
             return dataset
         # imported here: the read path of a plain Loader loads no writer code (derive's views)

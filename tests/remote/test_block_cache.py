@@ -217,6 +217,9 @@ def test_a_cache_too_small_to_read_ahead_says_so_once(
     warned = [r.getMessage() for r in caplog.records if "reads are not planned ahead" in r.getMessage()]
     assert len(warned) == 1 and str(tmp_path / "c") in warned[0] and "give cache_limit at least" in warned[0]
     assert block_bytes(tmp_path / "c") <= 3 * BLOCK
+    # a dataset opened already was read without the cache asked for, and its checks, silently
+    with pytest.raises(ValueError, match=r"cache= and cache_limit= apply to a URL the Loader opens"):
+        Loader(open_dataset(URL), 64, cache=tmp_path / "c", cache_limit=3 * BLOCK)
 
 
 def test_a_flipped_byte_in_a_cached_block_is_reported_then_gc_removes_it(local: Any, tmp_path: Path) -> None:
