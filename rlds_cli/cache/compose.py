@@ -30,7 +30,7 @@ from rlds_cli.cache import digest
 from rlds_cli.cache.builder import DatasetBuilder
 from rlds_cli.cache.card import combine_cards, dataset_card, dataset_fps
 from rlds_cli.cache.composed import ComposedDataset, Part, parts_of
-from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.dataset import Dataset, Instructions
 from rlds_cli.cache.episodes import write_index
 from rlds_cli.cache.growing import fixed_copy_hint
 from rlds_cli.cache.layout import COMPOSED_LAYOUT, SEGMENTED_LAYOUT, VIEW_LAYOUT, validate_name
@@ -403,6 +403,7 @@ def downsample_dataset(
     row_bytes = sum(spec.row_bytes for spec in fields.values())
     budget = max(1, BLOCK_BYTES // max(1, row_bytes))
     verify_parent(source)  # a copy of damaged arrays would verify clean
+    meta, instructions = _carried_instructions(source)
     index = source.episode_index
     # capped: the same result, and a k past int64 would overflow numpy
     window = min(every, max(2, int(index["length"].max(initial=0))))
@@ -414,7 +415,7 @@ def downsample_dataset(
         lock_timeout=lock_timeout,  # frames: kept as the parent stores them (never encoded again)
     ) as builder:
         for first, stop in _blocks(index["length"].astype(np.int64), budget):
-            builder.append(_window_block(source, index, first, stop, window))
+            builder.append(_window_block(source, index, first, stop, window, instructions))
             if progress is not None:
                 progress(int(index["start"][stop - 1] + index["length"][stop - 1]))
         return builder.commit(
@@ -422,7 +423,7 @@ def downsample_dataset(
                 "format": "rlds-downsample",
                 "parent": parent,
                 "every": every,
-                **({"metadata": meta} if (meta := source.source_metadata) else {}),
+                **({"metadata": meta} if meta else {}),
             },
             conversion={"downsample": {"every": every, "parent_steps": source.num_steps}},
             lineage=[
@@ -440,6 +441,18 @@ def downsample_dataset(
         )
 
 
+def _carried_instructions(source: Dataset) -> tuple[dict[str, Any], Instructions | None]:
+    """The source metadata of a copy of ``source``'s rows, and the instructions whose step column
+    the copy rewrites: a merge of parents whose tables differ has no metadata of its own (its
+    instructions come through its parents'), so the copy gets the merged table as a text table
+    and each step's index in it; ``None`` where the metadata carries them as they are."""
+    meta = source.source_metadata
+    found = source.instructions if isinstance(source, ComposedDataset) and not meta else None
+    if found is None or found.step_key is None:
+        return meta, None
+    return {"rlds": {"text": {found.step_key: list(found.texts)}}}, found
+
+
 def _downsampled_card(source: Dataset, every: int) -> dict[str, Any]:
     """The card of every ``every``-th step of ``source``: its card, with its rate
     (:func:`~rlds_cli.cache.card.dataset_fps`: the card's, else its source's) divided."""
@@ -448,6 +461,27 @@ def _downsampled_card(source: Dataset, every: int) -> dict[str, Any]:
         rate = fps / every
         return {**card, "fps": int(rate) if float(rate).is_integer() else rate}
     return card
+
+
+def _text_indices(
+    source: Dataset, instructions: Instructions, index: np.ndarray, first: int, stop: int, rows: np.ndarray
+) -> np.ndarray:
+    """``rows`` (the step column of episodes ``[first, stop)``) as indices of the instructions'
+    ``texts``, in the column's dtype.
+
+    Raises:
+        SchemaMismatchError: An index the column's dtype cannot hold.
+    """
+    starts, lengths = index["start"][first:stop].tolist(), index["length"][first:stop].tolist()
+    episodes = zip(range(first, stop), starts, lengths, strict=True)
+    mapped = np.concatenate([instructions.of_steps(source, e, slice(s, s + n)) for e, s, n in episodes])
+    if len(mapped) and int(mapped.max()) > np.iinfo(rows.dtype).max:
+        raise SchemaMismatchError(
+            f"{source.name}: its {len(instructions.texts)} instructions do not fit "
+            f"{instructions.step_key!r}'s dtype {rows.dtype}",
+            hint="downsample each parent, then merge the copies",
+        )
+    return mapped.astype(rows.dtype).reshape(rows.shape)
 
 
 def _blocks(lengths: np.ndarray, budget: int) -> list[tuple[int, int]]:
@@ -495,8 +529,11 @@ def _window_sums(source: Dataset, key: str, rows: np.ndarray, starts: np.ndarray
     return sums
 
 
-def _window_block(source: Dataset, index: np.ndarray, first: int, stop: int, every: int) -> StepBlock:
-    """Episodes ``[first, stop)`` of ``source`` downsampled, as one block."""
+def _window_block(
+    source: Dataset, index: np.ndarray, first: int, stop: int, every: int, instructions: Instructions | None
+) -> StepBlock:
+    """Episodes ``[first, stop)`` of ``source`` downsampled, as one block (``instructions``: whose
+    step column is written as indices of its ``texts``, see :func:`_carried_instructions`)."""
     lengths = index["length"][first:stop].astype(np.int64)
     step0 = int(index["start"][first])
     n = int(lengths.sum())
@@ -521,6 +558,8 @@ def _window_block(source: Dataset, index: np.ndarray, first: int, stop: int, eve
             observations[key] = rows[take]
             continue
         rows = np.asarray(column[step0 : step0 + n])
+        if instructions is not None and key == instructions.step_key:
+            rows = _text_indices(source, instructions, index, first, stop, rows)
         if key in SUMMED:
             steps[key] = _window_sums(source, key, rows, win_first, every)
         elif key in FLAGS:

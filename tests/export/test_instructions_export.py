@@ -267,6 +267,11 @@ def test_a_merge_of_other_instruction_tables_keeps_each_steps_text(oxe: Dataset,
     want = step_texts(oxe) + step_texts(open_dataset("oxe2"))
     assert step_texts(both) == want
     assert step_texts(open_dataset("again")) == want + step_texts(oxe)  # a merge of a merge
+    # a downsample kept each parent's raw index and no table: every instruction was lost
+    assert runner.invoke(app, ["downsample", "both", "--every", "2", "--name", "half"]).exit_code == 0
+    ends = both.episode_index
+    kept = [want[s + t] for s, n in zip(ends["start"], ends["length"], strict=True) for t in range(0, n, 2)]
+    assert step_texts(open_dataset("half")) == kept
     out = export_dataset(both, tmp_path / "le", "lerobot")
     tasks = pq.read_table(out / "meta/tasks.parquet").to_pydict()["__index_level_0__"]
     rows = [
