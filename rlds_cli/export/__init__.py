@@ -235,16 +235,23 @@ def iter_chunks(dataset: Dataset, keys: list[str] | None = None) -> Iterator[tup
 
 
 _DISK_HINT = "free space there, or export to another disk"
+#: The first bytes of every HDF5 file (d4rl, robomimic exports) and of every ``.npz`` (a zip).
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+NPZ_SIGNATURES = (b"PK\x03\x04", b"PK\x05\x06")
 
 
 @contextmanager
-def atomic_target(out: Path, *, overwrite: bool, folder: str | None, need: int = 0) -> Iterator[Path]:
+def atomic_target(
+    out: Path, *, overwrite: bool, folder: str | None, begins: tuple[bytes, ...] = (), need: int = 0
+) -> Iterator[Path]:
     """Yield a temporary path beside ``out`` (a file or a folder); on success it replaces ``out``.
     ``out`` may not be the current folder, a folder holding it, or the home folder
     (:func:`_refuse_replacing_cwd`). ``folder`` is the file every export of a folder format writes
-    (``meta.json``); ``None``: the export is one file. An export replaces only an earlier one
-    (``--force`` removed a folder of the user's files): one file never replaces a folder, and a
-    folder export replaces only a folder holding its ``folder`` file, or an empty one.
+    (``meta.json``); ``None``: the export is one file, which begins with one of ``begins``. An
+    export replaces only an earlier one (``--force`` removed a folder of the user's files, or
+    wrote over any file): one file never replaces a folder, and replaces only an empty file or
+    one that begins as its format does; a folder export replaces only a folder holding its
+    ``folder`` file, or an empty one.
 
     Raises:
         DiskFullError: The disk has not ``need`` bytes free (checked first: HDF5 meeting a full disk
@@ -259,6 +266,12 @@ def atomic_target(out: Path, *, overwrite: bool, folder: str | None, need: int =
             f"{out} is a folder, and this export is one file: --force replaces an earlier export, "
             "never a folder", hint=f"name the file to write, e.g. {out / 'NAME'}",
         )  # fmt: skip
+    if folder is None and out.is_file() and out.stat().st_size and not _begins(out, begins):
+        raise ExportError(
+            f"{out} is a file that is no earlier export of this format (it does not begin as one "
+            "does): --force replaces an earlier export, never another file",
+            hint=f"export to a path of its own, or remove {out} yourself",
+        )
     if folder is not None and out.exists() and not out.is_dir():
         raise ExportError(
             f"{out} is a file, and this export is a folder: --force replaces an earlier export, "
@@ -291,6 +304,16 @@ def atomic_target(out: Path, *, overwrite: bool, folder: str | None, need: int =
     except BaseException:
         _remove(tmp)
         raise
+
+
+def _begins(path: Path, signatures: tuple[bytes, ...]) -> bool:
+    """Whether the file ``path`` begins with one of ``signatures`` (an unreadable one does not)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(max((len(s) for s in signatures), default=0))
+    except OSError:
+        return False
+    return any(head.startswith(s) for s in signatures)
 
 
 def _replace(out: Path, new: Path, *, overwrite: bool) -> None:

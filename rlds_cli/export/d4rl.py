@@ -17,7 +17,15 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.errors import ExportError
-from rlds_cli.export import CHUNK_STEPS, atomic_target, flat_keys, raw_bytes, step_keys
+from rlds_cli.export import (
+    CHUNK_STEPS,
+    HDF5_SIGNATURE,
+    NPZ_SIGNATURES,
+    atomic_target,
+    flat_keys,
+    raw_bytes,
+    step_keys,
+)
 
 
 def _columns(dataset: Dataset) -> dict[str, tuple[str, tuple[int, ...], str]]:
@@ -66,7 +74,10 @@ def export_d4rl(
     columns = _columns(dataset)
     n = dataset.num_steps
     need = raw_bytes(dataset, {key: n for key, _, _ in columns.values()})
-    with atomic_target(out, overwrite=overwrite, need=need, folder=None) as tmp, h5py.File(tmp, "w") as f:
+    with (
+        atomic_target(out, overwrite=overwrite, need=need, folder=None, begins=(HDF5_SIGNATURE,)) as tmp,
+        h5py.File(tmp, "w") as f,
+    ):
         for name, (key, shape, dtype) in columns.items():
             target = f.create_dataset(name, shape=(n, *shape), dtype=np.dtype(dtype))
             for start, data in _chunks(dataset, key, shape):
@@ -85,7 +96,7 @@ def export_npz(
     array by array (never a whole array in memory)."""
     columns = _columns(dataset)
     n = dataset.num_steps
-    target = atomic_target(out, overwrite=overwrite, folder=None)
+    target = atomic_target(out, overwrite=overwrite, folder=None, begins=NPZ_SIGNATURES)
     with target as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as zf:
         for name, (key, shape, dtype) in columns.items():
             with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:

@@ -44,7 +44,7 @@ import numpy as np
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.derive import filter_key_episodes, filter_key_names
 from rlds_cli.errors import ExportError, InvalidSelectionError
-from rlds_cli.export import atomic_target, flat_keys, raw_bytes, step_keys
+from rlds_cli.export import HDF5_SIGNATURE, atomic_target, flat_keys, raw_bytes, step_keys
 
 #: Bytes of data read from the cache at a time.
 CHUNK_BYTES = 64 << 20
@@ -155,7 +155,10 @@ def export_robomimic(
     widened = {"next/terminated": "<i8"}
     need = raw_bytes(dataset, dict.fromkeys(keys, dataset.num_steps), widened)
     arrays = dataset.episode_source_arrays()  # each demo's attributes: read once
-    with atomic_target(out, overwrite=overwrite, need=need, folder=None) as tmp, h5py.File(tmp, "w") as f:
+    with (
+        atomic_target(out, overwrite=overwrite, need=need, folder=None, begins=(HDF5_SIGNATURE,)) as tmp,
+        h5py.File(tmp, "w") as f,
+    ):
         data = f.create_group("data")
         for i, name in enumerate(names):
             start, length = int(index["start"][i]), int(index["length"][i])

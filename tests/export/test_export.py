@@ -431,6 +431,24 @@ def test_a_file_export_never_replaces_a_folder(to: str, golden: Dataset, tmp_pat
     assert result.output.startswith(f"error: {folder} is a folder, and this export is one file")
     assert (folder / "results.csv").read_text() == "keep" and (folder / "run1").is_dir()
     assert runner.invoke(app, ["export", golden.name, str(folder / "g.out"), "--to", to]).exit_code == 0
+    # nor another file: a text file, or (npz) an HDF5 source file, was written over, exit 0
+    other = "d4rl" if to == "npz" else "npz"
+    assert runner.invoke(app, ["export", golden.name, str(folder / "o.out"), "--to", other]).exit_code == 0
+    for victim in (folder / "results.csv", folder / "o.out"):
+        before = victim.read_bytes()
+        result = runner.invoke(app, ["export", golden.name, str(victim), "--to", to, "--force"])
+        assert (
+            result.exit_code == 1
+            and f"{victim} is a file that is no earlier export of this format" in result.output
+        )
+        assert victim.read_bytes() == before
+    again = runner.invoke(app, ["export", golden.name, str(folder / "g.out"), "--to", to, "--force"])
+    assert again.exit_code == 0, again.output  # an earlier export of the format is replaced
+    (folder / "empty").touch()
+    assert (
+        runner.invoke(app, ["export", golden.name, str(folder / "empty"), "--to", to, "--force"]).exit_code
+        == 0
+    )
 
 
 @pytest.mark.parametrize("to", ["torchrl", "rlds", "lerobot", "minari", "amago"])
