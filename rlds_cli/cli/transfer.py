@@ -64,7 +64,7 @@ def export(
     force: Annotated[
         bool,
         force_option(
-            "Replace OUT if it is an earlier export of that format or an empty folder "
+            "Replace OUT if it is an earlier export of that format or an empty file or folder "
             "(on the Hub: another export)."
         ),
     ] = False,

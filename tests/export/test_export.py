@@ -149,8 +149,13 @@ def test_existing_target_needs_overwrite(golden: Dataset, tmp_path: Path) -> Non
     with pytest.raises(ExportError, match="already exists"):
         export_dataset(golden, out, "d4rl")
     assert out.read_bytes() == b"keep me"
+    with pytest.raises(ExportError, match="is a file that is no earlier export of this format"):
+        export_dataset(golden, out, "d4rl", overwrite=True)  # not an HDF5 file: not an export
+    assert out.read_bytes() == b"keep me"
+    out.write_bytes(b"")
     export_dataset(golden, out, "d4rl", overwrite=True)
     assert h5py.is_hdf5(out)
+    export_dataset(golden, out, "d4rl", overwrite=True)  # an earlier export: replaced
 
 
 def test_unknown_format(golden: Dataset, tmp_path: Path) -> None:
