@@ -119,16 +119,29 @@ class Instructions:
         if self.step_key is None:
             assert self.episode_task is not None
             return self._checked(dataset, np.unique(self.episode_task))
-        column, block, seen = dataset.column(self.step_key), 1 << 20, np.zeros(0, np.int64)
-        starts = dataset.episode_index["start"].astype(np.int64)
+        block, seen = 1 << 20, np.zeros(0, np.int64)
         for start in range(0, dataset.num_steps, block):
-            index = np.asarray(column[start : start + block]).astype(np.int64).reshape(-1)
-            if self.maps:
-                assert self.episode_table is not None
-                episode = np.searchsorted(starts, np.arange(start, start + len(index)), side="right") - 1
-                index = self._through(dataset, index, self.episode_table[episode])
-            seen = np.union1d(seen, np.unique(index))
-        return self._checked(dataset, seen)
+            seen = np.union1d(seen, np.unique(self.of_rows(dataset, start, start + block)))
+        return seen
+
+    def of_rows(self, dataset: Dataset, start: int, stop: int) -> np.ndarray:
+        """The text index (int64) of each step row ``[start, stop)`` of ``dataset`` (across
+        episodes: one read of the step column).
+
+        Raises:
+            CorruptDatasetError: An index outside ``texts``.
+        """
+        stop = min(stop, dataset.num_steps)
+        starts = dataset.episode_index["start"].astype(np.int64)
+        episode = np.searchsorted(starts, np.arange(start, stop), side="right") - 1
+        if self.step_key is None:
+            assert self.episode_task is not None
+            return self._checked(dataset, np.asarray(self.episode_task, np.int64)[episode])
+        index = np.asarray(dataset.column(self.step_key)[start:stop]).astype(np.int64).reshape(-1)
+        if self.maps:
+            assert self.episode_table is not None
+            return self._through(dataset, index, self.episode_table[episode])
+        return self._checked(dataset, index)
 
     def _through(self, dataset: Dataset, index: np.ndarray, tables: np.ndarray) -> np.ndarray:
         """``index`` (each row's own table's) as indices of ``texts``, row ``i`` through

@@ -295,7 +295,7 @@ def audit(
     flags["duplicate"] = np.flatnonzero(report.duplicate_of >= 0)
     flags["length_outlier"] = iqr_outliers(lengths.astype(np.float64), t.iqr_factor)
     flags["return_outlier"] = iqr_outliers(m.returns, t.iqr_factor)
-    if m.empty_text.any() or ds.text_tables:
+    if ds.instructions is not None:
         flags["empty_instruction"] = np.flatnonzero(m.empty_text > 0)
     report.flags = {k: v.astype(np.int64) for k, v in flags.items()}
     return report
@@ -354,7 +354,7 @@ class EpisodeMeasures:
     # image key -> longest run of steps whose frame equals the one before while not idle
     frozen: dict[str, np.ndarray]
     nonfinite: np.ndarray  # NaN/inf values in float keys
-    empty_text: np.ndarray  # steps whose instruction (any text key) is empty
+    empty_text: np.ndarray  # steps whose language instruction (Dataset.instructions) is empty
     fingerprints: np.ndarray  # uint64 per episode: equal for equal content (see _word_sums)
     digests: dict[int, str]  # sha256 of the stored rows of the episodes whose fingerprints meet
     budget: Budget = field(default_factory=Budget)
@@ -551,7 +551,29 @@ def measure(ds: Dataset, *, atol: float = 1e-5, budget: Budget | None = None) ->
         m.rms_action_change = np.sqrt(acc.sumsq / np.maximum(acc.diffs, 1)[:, None])
         m.mean_abs_jerk = acc.jerk / np.maximum(acc.jerks, 1)[:, None]
     _digest_candidates(m, positions, readers, budget)
+    m.empty_text = _empty_instruction_steps(ds)
     return m
+
+
+def _empty_instruction_steps(ds: Dataset) -> np.ndarray:
+    """Per episode of ``ds``, its steps whose language instruction (:attr:`Dataset.instructions`:
+    an RLDS text feature, LeRobot tasks, RoboCasa's ``lang``, through a merge's tables) is empty
+    or blank; zeros when it has none. An instruction column is read in blocks of steps."""
+    lengths = ds.episode_index["length"].astype(np.int64)
+    out = np.zeros(len(lengths), np.int64)
+    found = ds.instructions
+    empty = [] if found is None else [i for i, text in enumerate(found.texts) if not text.strip()]
+    if found is None or not empty:
+        return out
+    if found.step_key is None:
+        assert found.episode_task is not None
+        return np.where(np.isin(found.episode_task, empty), lengths, 0)
+    starts, block = ds.episode_index["start"].astype(np.int64), 1 << 20
+    for start in range(0, ds.num_steps, block):
+        hit = np.isin(found.of_rows(ds, start, start + block), empty)
+        episode = np.searchsorted(starts, start + np.flatnonzero(hit), side="right") - 1
+        out += np.bincount(episode, minlength=len(out))
+    return out
 
 
 class _Sums:
@@ -667,10 +689,6 @@ def _measure_group(
         m.fingerprints[views] += sums
     if bad is not None:
         m.nonfinite[views] += bad
-    for key, empty in roles.text.items():
-        if empty:
-            hit = np.isin(cut(rows_of(key)), empty).any(axis=1)
-            m.empty_text[views] += np.add.reduceat(hit.astype(np.int64), bounds)
     for key in roles.images:
         frozen = cut(_image_same(readers[key], g, d1, budget, m, views, cut, bounds) & ~still)
         for i in range(k):

@@ -198,3 +198,23 @@ def make_ted_root(root: Path) -> Path:
     folder.mkdir(exist_ok=True)
     make_ted(folder, "ted", [5, 6, 7, 8, 9, 10])
     return folder
+
+
+def test_an_empty_instruction_of_any_source_is_flagged(isolated_cache: Path, tmp_path: Path) -> None:
+    """Only RLDS text tables were read: an empty RoboCasa ``lang`` (or LeRobot task, or a merge's
+    tables) went unflagged, and ``--keep`` kept the episode."""
+    import shutil
+
+    import h5py
+
+    from rlds_cli.sources.convert import convert
+    from tests.robomimic_fixtures import ROBOCASA
+
+    path = tmp_path / "rc.hdf5"
+    shutil.copy(ROBOCASA, path)
+    with h5py.File(path, "r+") as f:
+        meta = json.loads(f["data/demo_2"].attrs["ep_meta"])
+        f["data/demo_2"].attrs["ep_meta"] = json.dumps({**meta, "lang": "  "})
+    convert(path, "rc")
+    assert audit("rc").flags["empty_instruction"].tolist() == [1]
+    assert audit("rc").measures.empty_text.tolist() == [0, open_dataset("rc").episode_index["length"][1]]
