@@ -23,6 +23,7 @@ name's lock. Nothing is visible in the cache before that rename."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import posixpath
 import shutil
@@ -62,6 +63,8 @@ from rlds_cli.errors import (
 from rlds_cli.remote import store
 from rlds_cli.remote.journal import PushJournal, object_stamp, stamp_of
 from rlds_cli.remote.store import BLOCK_BYTES, INDEX_FILE, FileEntry, RemoteIndex, TransferResult
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
@@ -635,10 +638,7 @@ def _pull_locked(
     build = cache.layout.build_dir(entry, ident)
     build.mkdir(parents=True, exist_ok=True)
     (build / MANIFEST_FILE).unlink(missing_ok=True)  # a check that failed last time wrote it
-    todo = [
-        rel for rel, e in sorted(index.files.items())
-        if not ((build / rel).is_file() and (build / rel).stat().st_size == e.size)
-    ]  # fmt: skip
+    todo = [rel for rel, e in sorted(index.files.items()) if not _kept_intact(build / rel, e)]
     result.skipped = len(index.files) - len(todo)
     if progress is not None:
         progress("start", sum(index.files[rel].size for rel in todo))
@@ -654,6 +654,19 @@ def _pull_locked(
     if fsync:
         fsync_tree(build)
     cache.publish(build, name, replace=force, fsync=fsync)
+
+
+def _kept_intact(path: Path, entry: FileEntry) -> bool:
+    """Whether ``path``, kept from an interrupted pull (each file is renamed to its name once
+    checked), still is the file pushed: its size and sha256. One that changed on this disk since
+    is removed, to be fetched again (its damage is this copy's: the store's was checked)."""
+    if not path.is_file():
+        return False
+    if path.stat().st_size == entry.size and sha256_file(path) == entry.sha256:
+        return True
+    logger.warning("%s, kept from an interrupted pull, changed on this disk since: fetched again", path)
+    path.unlink()
+    return False
 
 
 def _download_file(

@@ -320,6 +320,18 @@ def test_a_pull_killed_at_every_step_shows_nothing_and_resumes(tmp_path: Path) -
     assert resumed_with_files > 10  # most kills left verified files that were kept
     final = pull(url, root=other)
     assert tree(Path(final.path)) == tree(CacheRoot().dataset_dir(name))
+    # a kept file damaged on this disk was blamed on the store ("push the dataset again")
+    other.remove("d")
+    for k in range(1, steps + 1):  # the first kill that kept a file
+        assert faults.kill_at(operation, k) is not None, k
+        if list(other.tmp_dir.rglob("*.npy")):
+            break
+    kept = sorted(other.tmp_dir.rglob("*.npy"))[0]
+    data = bytearray(kept.read_bytes())
+    data[-1] ^= 0x01
+    kept.write_bytes(bytes(data))
+    again = pull(url, root=other)
+    assert again.downloaded >= 1 and tree(Path(again.path)) == tree(CacheRoot().dataset_dir(name))
 
 
 # --------------------------------------------------------------------------- corruption
