@@ -120,13 +120,28 @@ def is_url(name: str | os.PathLike[str]) -> bool:
 def validate_name(name: str) -> str:
     """Return ``name`` if it can name a cache entry, else raise :class:`InvalidNameError`."""
     if not isinstance(name, str) or not _NAME_RE.match(name) or "--" in name:
-        raise InvalidNameError(f"invalid dataset name {name!r}")
+        raise InvalidNameError(f"invalid dataset name {name!r}", hint=_name_hint(name))
     if len(name.replace("/", "--").encode()) > _MAX_ENTRY_BYTES:
         raise InvalidNameError(
             f"dataset name {name[:40]!r}... is {len(name)} characters long",
             hint=f"use a name of at most {_MAX_ENTRY_BYTES} bytes (each '/' counts as two)",
         )
     return name
+
+
+def _name_hint(name: object) -> str | None:
+    """What to do with a URL or a path given where a dataset name goes (``None``: the rule)."""
+    if isinstance(name, str) and is_url(name):
+        return (
+            "a URL is no name of the cache: 'rlds pull URL --name NAME' copies it in ('rlds inspect "
+            "URL', 'rlds show URL' and rlds_cli.open_dataset(URL) read it where it lies)"
+        )
+    if isinstance(name, str) and (name.startswith(("/", "./", "../", "~")) or os.path.exists(name)):
+        return (
+            "a path is no name of the cache: 'rlds download PATH' converts a file into it; a "
+            f"dataset pushed to a folder is read as file://{os.path.abspath(os.path.expanduser(name))}"
+        )
+    return None
 
 
 def entry_name(name: str) -> str:

@@ -458,6 +458,19 @@ def test_invalid_name(golden_file: Path, isolated_cache: Path, name: str) -> Non
     assert_nothing_published(isolated_cache)
 
 
+@pytest.mark.parametrize("command", ["verify", "stats", "audit", "inspect"])
+def test_a_url_or_a_path_where_a_name_goes_says_what_reads_it(command: str, tmp_path: Path) -> None:
+    """The hint listed the characters of a name: a URL or a path given to a command of the
+    cache's datasets got no word of 'rlds pull' or 'rlds download'."""
+    if command != "inspect":  # inspect reads URLs where they lie
+        result = invoke(command, "s3://bucket/data")
+        assert error_line(result) == "error: invalid dataset name 's3://bucket/data'"
+        assert "'rlds pull URL --name NAME' copies it in" in hint_line(result)
+    result = invoke(command, str(tmp_path))
+    assert "'rlds download PATH' converts a file into it" in hint_line(result)
+    assert f"read as file://{tmp_path}" in hint_line(result)
+
+
 def test_no_timeouts_no_next_needs_max_episode_steps(golden_file: Path, isolated_cache: Path) -> None:
     with h5py.File(golden_file, "a") as f:
         del f["timeouts"]
