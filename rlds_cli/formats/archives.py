@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import itertools
 import lzma
 import shutil
 import stat
@@ -222,6 +223,7 @@ def _extract_zip(archive: Path, dest: Path, limits: Limits) -> int:
                     f"{info.file_size / info.compress_size:.0f} (over {limits.max_ratio:.0f}); "
                     "refusing (zip bomb?)"
                 )
+        _refuse_overlaps(archive, infos)
         if sum(i.file_size for i in infos) > limits.max_total_bytes:
             raise UnsafeArchiveError(
                 f"{archive}: declares {sum(i.file_size for i in infos):,} unpacked bytes, over the limit of "
@@ -249,6 +251,20 @@ def _extract_zip(archive: Path, dest: Path, limits: Limits) -> int:
                     f"{archive}: member {info.filename!r} is damaged (truncated or corrupt?): {exc}"
                 ) from exc
     return budget.files
+
+
+def _refuse_overlaps(archive: Path, infos: list[zipfile.ZipInfo]) -> None:
+    """Refuse members whose records overlap in the file: each member's compressed bytes counted
+    once against the ratio limit stood for many (a 217 KB zip unpacked to 842 MB). Python's own
+    check came in 3.11.8 and 3.12.2 (CVE-2024-0450). A record is at least its 30-byte header, its
+    name and its compressed data (the local extra field can only add to it)."""
+    for a, b in itertools.pairwise(sorted(infos, key=lambda i: i.header_offset)):
+        name = a.orig_filename.encode("utf-8" if a.flag_bits & 0x800 else "cp437", errors="replace")
+        if a.header_offset + 30 + len(name) + a.compress_size > b.header_offset:
+            raise UnsafeArchiveError(
+                f"{archive}: members {a.filename!r} and {b.filename!r} overlap in the file (their "
+                "bytes would be inflated again for each); refusing (zip bomb?)"
+            )
 
 
 def decompressing_reader(raw: IO[bytes]) -> IO[bytes] | gzip.GzipFile:

@@ -184,6 +184,23 @@ def test_zip_bomb_over_the_size_limit(
     assert [p for p in (isolated_cache / "tmp").iterdir()] == []
 
 
+def test_zip_members_that_overlap_are_refused(tmp_path: Path) -> None:
+    """Members sharing their compressed bytes (a 217 KB zip unpacking to 842 MB) passed every
+    limit: each member's bytes were counted as read once per member."""
+    bomb = tmp_path / "overlap.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("a.npz", b"\0" * 1000)
+        z.writestr("b.npz", b"\0" * 1000)
+    data = bytearray(bomb.read_bytes())
+    second = data.rindex(b"PK\x01\x02")  # b's central directory entry: its local header at 0 too
+    data[second + 42 : second + 46] = (0).to_bytes(4, "little")
+    bomb.write_bytes(bytes(data))
+    (tmp_path / "out").mkdir()
+    with pytest.raises(UnsafeArchiveError, match=r"members 'a.npz' and 'b.npz' overlap in the file"):
+        extract_archive(bomb, tmp_path / "out")
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 def test_damaged_archives(tmp_path: Path) -> None:
     src = golden_ogbench(tmp_path / "og.npz")
     for suffix in (".zip", ".tar.gz"):
