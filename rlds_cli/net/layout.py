@@ -24,6 +24,7 @@ import datetime as _dt
 import email.utils
 import json
 import os
+import posixpath
 import re
 import threading
 import urllib.parse
@@ -91,8 +92,9 @@ def url_file_name(url: str) -> str:
 
 
 def is_reserved(name: str) -> bool:
-    """Whether a downloaded file's relative name would land in the bookkeeping folder."""
-    return name.replace("\\", "/").split("/", 1)[0] == META_DIR
+    """Whether a downloaded file's relative name would land in the bookkeeping folder (``./``
+    and ``a/..`` parts resolved first: ``./.rlds/hashes.json`` wrote over the folder's hashes)."""
+    return posixpath.normpath(name.replace("\\", "/")).split("/", 1)[0] == META_DIR
 
 
 def meta_dir(folder: Path) -> Path:
