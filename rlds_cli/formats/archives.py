@@ -25,6 +25,7 @@ import bz2
 import gzip
 import itertools
 import lzma
+import os
 import shutil
 import stat
 import tarfile
@@ -171,6 +172,7 @@ def _clash(archive: Path, name: str, target: Path, dest: Path, folder: bool = Fa
     """The error for member ``name`` (a ``folder``, else a file) whose ``target`` under ``dest``
     clashes with an earlier member: the same path twice, a path under a file, or one path as a
     file and a folder."""
+    dest = Path(os.path.realpath(dest))  # the target is resolved (a root reached by a link)
     for parent in reversed(target.relative_to(dest).parents[:-1]):
         if (dest / parent).exists() and not (dest / parent).is_dir():
             return UnsafeArchiveError(

@@ -147,6 +147,11 @@ def test_members_that_clash_are_named_for_what_they_are(
     with pytest.raises(UnsafeArchiveError) as info:
         convert(make(tmp_path), "bad", format="ogbench")
     assert str(info.value).endswith(want), str(info.value)
+    linked = tmp_path / "linked"  # a cache root reached through a link: "unexpected ValueError"
+    linked.symlink_to(isolated_cache)
+    with pytest.raises(UnsafeArchiveError) as info:
+        convert(make(tmp_path), "bad", format="ogbench", root=linked)
+    assert str(info.value).endswith(want), str(info.value)
 
 
 @pytest.mark.parametrize("case", sorted(BAD_CASES))
