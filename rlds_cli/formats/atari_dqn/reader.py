@@ -61,7 +61,8 @@ _HEADER_LOCK = threading.Lock()
 
 class GzipStream:
     """The bytes of a gzip file, inflated on demand by zlib (which checks each member's CRC and length);
-    multi-member files (``cat a.gz b.gz``) are read through."""
+    multi-member files (``cat a.gz b.gz``) are read through, zero bytes between or after members
+    skipped (as Python's gzip does)."""
 
     def __init__(self, path: Path) -> None:
         self._file = open(path, "rb")  # noqa: SIM115 (closed by close())
@@ -74,10 +75,12 @@ class GzipStream:
         while True:
             if self._inflate.eof:
                 rest = self._inflate.unused_data or self._file.read(READ_BYTES)
+                while rest and not rest.strip(b"\0"):  # zeros padding the file (gzip reads past)
+                    rest = self._file.read(READ_BYTES)
                 if not rest:
                     return b""
                 self._inflate = zlib.decompressobj(31)  # a next member
-                self._tail = rest
+                self._tail = rest.lstrip(b"\0")
             data = self._tail or self._file.read(READ_BYTES)
             out = self._inflate.decompress(data, want)
             self._tail = self._inflate.unconsumed_tail
