@@ -36,7 +36,7 @@ from rlds_cli.cache.compose import verify_parent
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episode_table import SEED_KEY, SEED_PRESENT_KEY
 from rlds_cli.cache.layout import HUB_EXPORT_MARK, TMP_DIR
-from rlds_cli.cache.root import enclosing_cache, overlap, target_problem
+from rlds_cli.cache.root import CacheRoot, enclosing_cache, overlap, target_problem
 from rlds_cli.cache.ted import TedBatch
 from rlds_cli.errors import DiskFullError, ExportError, UnknownFormatError, is_disk_full
 
@@ -150,7 +150,25 @@ def _refuse_target(dataset: Dataset, out: str | os.PathLike[str]) -> None:
             f"{out} {problem}: the export would write over or remove its files",
             hint="export to a path outside the cache's own folders (RLDS_HOME/datasets, tmp, ...)",
         )
+    _refuse_source_files(out, cache)
     _refuse_replacing_cwd(out)  # before the digests are checked, not after
+
+
+def _refuse_source_files(out: str | os.PathLike[str], cache: Path | None) -> None:
+    """Refuse an ``out`` that is, holds or lies inside the file or folder a dataset of ``cache``
+    was converted from (its ``source.path``): ``--force`` wrote over a source that 'rlds verify'
+    checks, and that the user may have no other copy of."""
+    if cache is None:
+        return
+    for manifest in CacheRoot(cache).iter_manifests():
+        source = manifest.source.get("path")
+        how = overlap(out, source) if isinstance(source, str) and "://" not in source else None
+        if how is not None:
+            raise ExportError(
+                f"{out} {how} the source dataset {manifest.name!r} was converted from ({source}): "
+                "the export would write over it",
+                hint="export to a path of its own",
+            )
 
 
 #: The formats that keep an action of several keys (``action/<k>``, a dict action space); the

@@ -449,6 +449,15 @@ def test_a_file_export_never_replaces_a_folder(to: str, golden: Dataset, tmp_pat
         assert victim.read_bytes() == before
     again = runner.invoke(app, ["export", golden.name, str(folder / "g.out"), "--to", to, "--force"])
     assert again.exit_code == 0, again.output  # an earlier export of the format is replaced
+    # nor the file a cached dataset was converted from (an HDF5 file as an export is)
+    source = Path(golden.manifest.source["path"])
+    assert source.is_file() and source.suffix == ".hdf5"
+    if to != "npz":
+        result = runner.invoke(app, ["export", golden.name, str(source), "--to", to, "--force"])
+        assert (
+            result.exit_code == 1
+            and f"{source} is the source dataset {golden.name!r} was converted" in result.output
+        )
     (folder / "empty").touch()
     assert (
         runner.invoke(app, ["export", golden.name, str(folder / "empty"), "--to", to, "--force"]).exit_code
