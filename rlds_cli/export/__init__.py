@@ -167,7 +167,8 @@ def _refuse_source_files(out: str | os.PathLike[str], cache: Path | None) -> Non
             raise ExportError(
                 f"{out} {how} the source dataset {manifest.name!r} was converted from ({source}): "
                 "the export would write over it",
-                hint="export to a path of its own",
+                hint=f"export to a path of its own (or remove dataset {manifest.name!r} first: "
+                f"rlds rm {manifest.name})",
             )
 
 

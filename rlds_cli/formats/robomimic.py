@@ -480,6 +480,11 @@ class RobomimicReader(Reader):
                 continue
             require_numeric(label, key, dtype)
             require_rows(label, key, shape)
+            if key in ("rewards", "dones") and int(np.prod(shape[1:], dtype=np.int64)) != 1:
+                raise SourceFormatError(  # a return summed over its columns, exports that failed
+                    f"{label}: {key!r} must have one value per row, has shape {shape}",
+                    hint="a robomimic demo has one reward and one done flag per step",
+                )
             if shape[0] != length:
                 raise SourceFormatError(
                     f"{label}: {key!r} has {shape[0]} rows, 'actions' has {length} "

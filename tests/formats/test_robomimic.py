@@ -129,6 +129,11 @@ def _broken(tmp_path: Path, edit: str) -> Path:
         elif edit == "next_keys":
             for demo in f["data"]:
                 del f[f"data/{demo}/next_obs/object"]
+        elif edit == "rewards":  # two per step: a return summed over both, an export that failed
+            for demo in f["data"]:
+                rewards = f[f"data/{demo}/rewards"][()]
+                del f[f"data/{demo}/rewards"]
+                f[f"data/{demo}/rewards"] = np.stack([rewards, rewards], axis=1)
     return path
 
 
@@ -145,6 +150,7 @@ def _broken(tmp_path: Path, edit: str) -> Path:
         ("states_only", "has no obs/ datasets: a states-only file"),
         ("text_obs", "'obs/object' holds fixed-width byte strings"),
         ("next_keys", "next_obs/ holds"),
+        ("rewards", r"'rewards' must have one value per row, has shape \(\d+, 2\)"),
     ],
 )
 def test_bad_files_are_refused_in_one_line_naming_what(tmp_path: Path, edit: str, message: str) -> None:
