@@ -43,6 +43,8 @@ from rlds_cli.errors import CorruptDatasetError, InvalidSelectionError, SchemaMi
 
 __all__ = [
     "composed_selection",
+    "copied_metadata",
+    "copied_step_column",
     "downsample_dataset",
     "merge_datasets",
     "publish_index",
@@ -403,7 +405,7 @@ def downsample_dataset(
     row_bytes = sum(spec.row_bytes for spec in fields.values())
     budget = max(1, BLOCK_BYTES // max(1, row_bytes))
     verify_parent(source)  # a copy of damaged arrays would verify clean
-    meta, instructions = _carried_instructions(source)
+    meta, instructions = copied_metadata(source)
     index = source.episode_index
     # capped: the same result, and a k past int64 would overflow numpy
     window = min(every, max(2, int(index["length"].max(initial=0))))
@@ -441,11 +443,12 @@ def downsample_dataset(
         )
 
 
-def _carried_instructions(source: Dataset) -> tuple[dict[str, Any], Instructions | None]:
-    """The source metadata of a copy of ``source``'s rows, and the instructions whose step column
-    the copy rewrites: a merge of parents whose tables differ has no metadata of its own (its
-    instructions come through its parents'), so the copy gets the merged table as a text table
-    and each step's index in it; ``None`` where the metadata carries them as they are."""
+def copied_metadata(source: Dataset) -> tuple[dict[str, Any], Instructions | None]:
+    """The source metadata of a copy of ``source``'s rows (a downsample, a preprocess output),
+    and the instructions whose step column the copy writes as :meth:`Instructions.of_rows` gives
+    it: a merge of parents whose tables differ has no metadata of its own (its instructions come
+    through its parents'), so the copy gets the merged table as a text table and each step's
+    index in it; ``None`` where the metadata carries them as they are."""
     meta = source.source_metadata
     found = source.instructions if isinstance(source, ComposedDataset) and not meta else None
     if found is None or found.step_key is None:
@@ -463,23 +466,21 @@ def _downsampled_card(source: Dataset, every: int) -> dict[str, Any]:
     return card
 
 
-def _text_indices(
-    source: Dataset, instructions: Instructions, index: np.ndarray, first: int, stop: int, rows: np.ndarray
+def copied_step_column(
+    source: Dataset, instructions: Instructions, start: int, stop: int, rows: np.ndarray
 ) -> np.ndarray:
-    """``rows`` (the step column of episodes ``[first, stop)``) as indices of the instructions'
-    ``texts``, in the column's dtype.
+    """``rows`` (the instructions' step column at ``source``'s steps ``[start, stop)``) as
+    indices of their ``texts``, in the column's dtype (see :func:`copied_metadata`).
 
     Raises:
         SchemaMismatchError: An index the column's dtype cannot hold.
     """
-    starts, lengths = index["start"][first:stop].tolist(), index["length"][first:stop].tolist()
-    episodes = zip(range(first, stop), starts, lengths, strict=True)
-    mapped = np.concatenate([instructions.of_steps(source, e, slice(s, s + n)) for e, s, n in episodes])
+    mapped = instructions.of_rows(source, start, stop)
     if len(mapped) and int(mapped.max()) > np.iinfo(rows.dtype).max:
         raise SchemaMismatchError(
             f"{source.name}: its {len(instructions.texts)} instructions do not fit "
             f"{instructions.step_key!r}'s dtype {rows.dtype}",
-            hint="downsample each parent, then merge the copies",
+            hint="copy each parent, then merge the copies",
         )
     return mapped.astype(rows.dtype).reshape(rows.shape)
 
@@ -559,7 +560,7 @@ def _window_block(
             continue
         rows = np.asarray(column[step0 : step0 + n])
         if instructions is not None and key == instructions.step_key:
-            rows = _text_indices(source, instructions, index, first, stop, rows)
+            rows = copied_step_column(source, instructions, step0, step0 + n, rows)
         if key in SUMMED:
             steps[key] = _window_sums(source, key, rows, win_first, every)
         elif key in FLAGS:

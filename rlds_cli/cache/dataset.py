@@ -124,6 +124,28 @@ class Instructions:
             seen = np.union1d(seen, np.unique(self.of_rows(dataset, start, start + block)))
         return seen
 
+    def empty_steps(self, dataset: Dataset) -> np.ndarray:
+        """Per episode of ``dataset`` (int64), its steps whose instruction is empty or blank; the
+        step column read in blocks of steps.
+
+        Raises:
+            CorruptDatasetError: An index outside ``texts``.
+        """
+        lengths = dataset.episode_index["length"].astype(np.int64)
+        empty = [i for i, text in enumerate(self.texts) if not text.strip()]
+        if not empty:
+            return np.zeros(len(lengths), np.int64)
+        if self.step_key is None:
+            assert self.episode_task is not None
+            return np.where(np.isin(self.episode_task, empty), lengths, 0)
+        out, block = np.zeros(len(lengths), np.int64), 1 << 20
+        starts = dataset.episode_index["start"].astype(np.int64)
+        for start in range(0, dataset.num_steps, block):
+            hit = np.isin(self.of_rows(dataset, start, start + block), empty)
+            out += np.bincount(np.searchsorted(starts, start + np.flatnonzero(hit), side="right") - 1,
+                               minlength=len(out))  # fmt: skip
+        return out
+
     def of_rows(self, dataset: Dataset, start: int, stop: int) -> np.ndarray:
         """The text index (int64) of each step row ``[start, stop)`` of ``dataset`` (across
         episodes: one read of the step column).

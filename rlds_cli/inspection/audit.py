@@ -551,29 +551,9 @@ def measure(ds: Dataset, *, atol: float = 1e-5, budget: Budget | None = None) ->
         m.rms_action_change = np.sqrt(acc.sumsq / np.maximum(acc.diffs, 1)[:, None])
         m.mean_abs_jerk = acc.jerk / np.maximum(acc.jerks, 1)[:, None]
     _digest_candidates(m, positions, readers, budget)
-    m.empty_text = _empty_instruction_steps(ds)
+    instructions = ds.instructions
+    m.empty_text = instructions.empty_steps(ds) if instructions is not None else np.zeros(n, np.int64)
     return m
-
-
-def _empty_instruction_steps(ds: Dataset) -> np.ndarray:
-    """Per episode of ``ds``, its steps whose language instruction (:attr:`Dataset.instructions`:
-    an RLDS text feature, LeRobot tasks, RoboCasa's ``lang``, through a merge's tables) is empty
-    or blank; zeros when it has none. An instruction column is read in blocks of steps."""
-    lengths = ds.episode_index["length"].astype(np.int64)
-    out = np.zeros(len(lengths), np.int64)
-    found = ds.instructions
-    empty = [] if found is None else [i for i, text in enumerate(found.texts) if not text.strip()]
-    if found is None or not empty:
-        return out
-    if found.step_key is None:
-        assert found.episode_task is not None
-        return np.where(np.isin(found.episode_task, empty), lengths, 0)
-    starts, block = ds.episode_index["start"].astype(np.int64), 1 << 20
-    for start in range(0, ds.num_steps, block):
-        hit = np.isin(found.of_rows(ds, start, start + block), empty)
-        episode = np.searchsorted(starts, start + np.flatnonzero(hit), side="right") - 1
-        out += np.bincount(episode, minlength=len(out))
-    return out
 
 
 class _Sums:

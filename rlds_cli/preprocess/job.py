@@ -53,7 +53,7 @@ from rlds_cli._version import __version__
 from rlds_cli.cache import digest, stats
 from rlds_cli.cache.backends import get_backend
 from rlds_cli.cache.card import dataset_card
-from rlds_cli.cache.compose import verify_parent
+from rlds_cli.cache.compose import copied_metadata, verify_parent
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episodes import build_index, write_index
 from rlds_cli.cache.growing import fixed_copy_hint
@@ -222,7 +222,7 @@ def infer(job: Job) -> tuple[schema.Schema, int, int]:
     """Run the function on a small first chunk: its output's schema, and rows in and out."""
     plan = job.plan
     stop = inference_stop(plan, job.src.episode_index)
-    batch = read_chunk(job.src, 0, stop, job.keys, plan.limit)
+    batch = read_chunk(job.src, 0, stop, job.keys, plan.limit, copied_metadata(job.src)[1])
     where = f"function {job.ref}, schema inference on steps 0-{stop - 1}"
     out = fnref.call_user(fnref.get(job.fn), batch, where)
     arrays = schema.normalize(out, batch, where)
@@ -703,7 +703,7 @@ def finish(
             "sha256": job.lineage["digest"],  # of the parent's manifest, which pins its files
             # what the source said of its data (task texts, text tables, spaces) holds for the
             # copy's keys where they stay (each reader of it checks the keys it applies to)
-            **({"metadata": meta} if (meta := job.src.source_metadata) else {}),
+            **({"metadata": meta} if (meta := copied_metadata(job.src)[0]) else {}),
         },
         conversion={"rules": f"preprocess by {plan.by}", "source_rows": plan.limit, "notes": []},
         lineage=[job.lineage],

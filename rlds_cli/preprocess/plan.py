@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from rlds_cli.cache.dataset import Dataset
+from rlds_cli.cache.compose import copied_step_column
+from rlds_cli.cache.dataset import Dataset, Instructions
 from rlds_cli.cache.reader import DONE_FLAGS
 from rlds_cli.cache.ted import TedBatch
 
@@ -175,8 +176,16 @@ def plan_digest(plan: Plan) -> str:
     return hashlib.sha256(np.ascontiguousarray(plan.bounds, np.int64).tobytes()).hexdigest()[:16]
 
 
-def read_chunk(ds: Dataset, start: int, stop: int, keys: list[str] | None, limit: int) -> TedBatch:
-    """The TED view of steps ``[start, stop)``, with ``index``; numpy arrays.
+def read_chunk(
+    ds: Dataset,
+    start: int,
+    stop: int,
+    keys: list[str] | None,
+    limit: int,
+    instructions: Instructions | None = None,
+) -> TedBatch:
+    """The TED view of steps ``[start, stop)``, with ``index``; numpy arrays (``instructions``:
+    whose step column is given as indices of their texts, :func:`~rlds_cli.cache.compose.copied_metadata`).
 
     Read with :meth:`~rlds_cli.cache.reader.TedReader.range`: observation-like keys as one
     contiguous slab of flat rows, the others as read-only views where the backend allows (memmap: no
@@ -192,6 +201,9 @@ def read_chunk(ds: Dataset, start: int, stop: int, keys: list[str] | None, limit
             out[flag] = out[flag].copy()
             out[flag][-1] = True
     out["index"] = np.arange(start, stop, dtype=np.int64)
+    key = None if instructions is None else instructions.step_key
+    if instructions is not None and key is not None and key in out:
+        out[key] = copied_step_column(ds, instructions, start, stop, np.asarray(out[key]))
     return out
 
 

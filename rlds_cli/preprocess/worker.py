@@ -23,6 +23,7 @@ import numpy as np
 from rlds_cli._util.io import atomic_write
 from rlds_cli.cache import stats
 from rlds_cli.cache.backends import get_backend, save_npz
+from rlds_cli.cache.compose import copied_metadata
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import JOB_CHUNKS_DIR, JOB_OUTPUT_DIR, MANIFEST_FILE
 from rlds_cli.cache.manifest import read_manifest
@@ -78,7 +79,11 @@ def _state(spec: Mapping[str, Any]) -> dict[str, Any]:
             ds = open_published(Path(spec["source_dir"]), read_manifest(Path(spec["source_dir"])))
         if ds.manifest.digest() != spec["source_digest"]:
             raise DatasetReplacedError(f"source dataset {ds.name!r} changed since the job started")
-        st = {"ds": ds, "fn": fnref.get(spec["fn"], spec.get("fn_source"))}
+        st = {
+            "ds": ds,
+            "fn": fnref.get(spec["fn"], spec.get("fn_source")),
+            "instructions": copied_metadata(ds)[1],
+        }
         _STATE.clear()  # one job per process at a time: drop an older job's source
         _STATE[key] = st
     return st
@@ -139,7 +144,7 @@ def run_chunk(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[st
 def _run(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[str, Any]:
     st = _state(spec)
     ds: Dataset = st["ds"]
-    batch = read_chunk(ds, start, stop, spec["keys"], spec["limit"])
+    batch = read_chunk(ds, start, stop, spec["keys"], spec["limit"], st["instructions"])
     e0, e1 = int(batch["episode"][0]), int(batch["episode"][-1])
     where = f"function {spec['fn_ref']}, chunk {i} (steps {start}-{stop - 1}, episodes {e0}-{e1})"
     out = fnref.call_user(st["fn"], batch, where)

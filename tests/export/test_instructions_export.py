@@ -272,6 +272,13 @@ def test_a_merge_of_other_instruction_tables_keeps_each_steps_text(oxe: Dataset,
     ends = both.episode_index
     kept = [want[s + t] for s, n in zip(ends["start"], ends["length"], strict=True) for t in range(0, n, 2)]
     assert step_texts(open_dataset("half")) == kept
+    # so did a preprocess of it (the function saw each parent's own indices)
+    fn = "tests.preprocess_fns:identity"
+    assert (
+        runner.invoke(app, ["preprocess", "both", "--fn", fn, "--name", "copy", "--workers", "1"]).exit_code
+        == 0
+    )
+    assert step_texts(open_dataset("copy")) == want
     out = export_dataset(both, tmp_path / "le", "lerobot")
     tasks = pq.read_table(out / "meta/tasks.parquet").to_pydict()["__index_level_0__"]
     rows = [
