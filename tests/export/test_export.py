@@ -458,6 +458,10 @@ def test_a_file_export_never_replaces_a_folder(to: str, golden: Dataset, tmp_pat
             result.exit_code == 1
             and f"{source} is the source dataset {golden.name!r} was converted" in result.output
         )
+        moved = source.rename(source.with_suffix(".moved"))  # a source removed since: a free path
+        assert runner.invoke(app, ["export", golden.name, str(source), "--to", to]).exit_code == 0
+        source.unlink()
+        moved.rename(source)
     (folder / "empty").touch()
     assert (
         runner.invoke(app, ["export", golden.name, str(folder / "empty"), "--to", to, "--force"]).exit_code
