@@ -162,8 +162,9 @@ def _refuse_source_files(out: str | os.PathLike[str], cache: Path | None) -> Non
         return
     for manifest in CacheRoot(cache).iter_manifests():
         source = manifest.source.get("path")
-        here = isinstance(source, str) and "://" not in source and os.path.lexists(source)
-        how = overlap(out, source) if here else None  # a source removed since is no one's file
+        if not isinstance(source, str) or "://" in source or not os.path.lexists(source):
+            continue  # a source removed since is no one's file
+        how = overlap(out, source)
         if how is not None:
             raise ExportError(
                 f"{out} {how} the source dataset {manifest.name!r} was converted from ({source}): "

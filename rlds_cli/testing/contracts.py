@@ -409,14 +409,21 @@ class ExporterContract:
 
     def test_an_existing_output_is_kept_unless_overwrite(self, dataset: Dataset, tmp_path: Path) -> None:
         """An earlier export (a folder export's, with a file of the user's added) stays without
-        ``overwrite`` and is replaced whole with it; a file export's file, whatever it holds."""
+        ``overwrite`` and is replaced whole with it; a file that is no export of the format is
+        never replaced (``overwrite`` wrote over any file)."""
         out = self.out_path(tmp_path)
         export_dataset(dataset, out, self.format, options=self.options)
         mine = out / "mine.txt" if out.is_dir() else out
+        earlier = None if out.is_dir() else out.read_bytes()
         mine.write_bytes(b"keep me")
         with pytest.raises(ExportError, match="already exists"):
             export_dataset(dataset, out, self.format, options=self.options)
         assert mine.read_bytes() == b"keep me"
+        if earlier is not None:  # one file: not an export of the format any more
+            with pytest.raises(ExportError, match="is a file that is no earlier export of this format"):
+                export_dataset(dataset, out, self.format, overwrite=True, options=self.options)
+            assert mine.read_bytes() == b"keep me"
+            out.write_bytes(earlier)
         export_dataset(dataset, out, self.format, overwrite=True, options=self.options)
         assert out.exists() and (not mine.exists() if out.is_dir() else out.read_bytes() != b"keep me")
 

@@ -337,6 +337,27 @@ def test_16_bit_gray_pngs_in_a_uint8_rgb_feature_read_as_tensorflow_reads_them(t
     np.testing.assert_array_equal(got, np.repeat(high[..., None], 3, axis=-1))
 
 
+@pytest.mark.parametrize("block_rows", [None, 4])
+def test_one_damaged_jpeg_is_refused_naming_its_step(tmp_path: Path, block_rows: int | None) -> None:
+    """One JPEG with damaged tables in one step made the whole camera raw, in silence, under
+    --frames keep (with Pillow's lenient decoding of the damaged frame), or failed, depending on
+    the block size."""
+
+    def mutate(i: int, features: dict[str, Any]) -> None:
+        if i == 1:
+            files = list(features["steps/observation/wrist_image"][0])
+            damaged = bytearray(files[2])
+            for k in range(20):  # inside the tables, before the scan
+                damaged[len(damaged) // 2 + k] ^= 0x5A
+            files[2] = bytes(damaged)
+            features["steps/observation/wrist_image"] = (files, "byte")
+
+    fx = write_rlds_dataset(tmp_path / "src", (3, 4, 2), side=40, mutate=mutate)
+    options = [] if block_rows is None else ["--option", f"block_rows={block_rows}"]
+    result = download(fx.root, "bad", *options)
+    _refused(result, "record 1", "step 2 of 'steps/observation/wrist_image' is a damaged JPEG image")
+
+
 def test_a_uint16_depth_image_and_numeric_episode_metadata(tmp_path: Path) -> None:
     """A single-channel uint16 PNG (a depth camera) is stored as uint16 exactly; a numeric
     ``episode_metadata`` scalar becomes a per-episode source array that follows ``--episodes``."""

@@ -283,6 +283,9 @@ def _decode_image(data: bytes, leaf: Leaf, where: str, step: int) -> np.ndarray:
 
     height, width, channels = leaf.shape
     what = f"{where}: step {step} of {leaf.name!r}"
+    problem = _damaged_jpeg(data)
+    if problem is not None:  # Pillow decodes it anyway, warning: a damaged frame published as data
+        raise SourceFormatError(f"{what} is a damaged JPEG image: {problem}")
     try:
         with Image.open(io.BytesIO(data), formats=("PNG", "JPEG")) as img:
             w, h = img.size
@@ -321,6 +324,23 @@ def _decode_image(data: bytes, leaf: Leaf, where: str, step: int) -> np.ndarray:
         # Pillow names the stream it was given (<_io.BytesIO object at 0x...>): a new address each run
         why = re.sub(r"<_io\.BytesIO object at 0x[0-9a-f]+>", f"its {len(data):,} bytes", str(exc))
         raise SourceFormatError(f"{what} does not decode as a PNG or JPEG image: {why}") from None
+
+
+def _damaged_jpeg(data: bytes) -> str | None:
+    """Why ``data``, a JPEG (by its first bytes), is damaged: its header does not parse, or
+    libjpeg warns of corrupt data decoding it (gray or RGB; other colour spaces are left to
+    Pillow); ``None`` for an intact one or another format. TensorFlow's decoder refuses both."""
+    if not data.startswith(b"\xff\xd8"):
+        return None
+    import simplejpeg
+
+    try:
+        colorspace = simplejpeg.decode_jpeg_header(data)[2]
+        if colorspace in ("Gray", "YCbCr", "RGB"):
+            simplejpeg.decode_jpeg(data, colorspace="GRAY" if colorspace == "Gray" else "RGB", strict=True)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 #: Pillow's modes of a 16-bit grayscale PNG.
