@@ -272,6 +272,11 @@ class GrowingDataset(Dataset):
         change them)."""
         return list(self._state.segments)
 
+    def log_order(self) -> dict[bytes, int]:
+        """Each of the view's segments' position in the log (fully evicted ones counted): a merge
+        or compaction takes runs consecutive in it."""
+        return {s.seg: i for i, s in enumerate(self._state.segments)}
+
     def refresh(self) -> bool:
         """Follow the commit log to its end; returns whether the view changed.
 

@@ -118,10 +118,16 @@ def merge_cap(head: Manifest, capacity: int | None) -> int:
     return cap
 
 
-def merge_plan(live: list[tuple[SegmentEntry, int]], cap: int) -> list[tuple[SegmentEntry, int]] | None:
+def merge_plan(
+    live: list[tuple[SegmentEntry, int]], cap: int, order: dict[bytes, int] | None = None
+) -> list[tuple[SegmentEntry, int]] | None:
     """The segments of ``live`` (a view's live segments, in log order) due for a merge, else
     ``None``: the oldest :data:`MERGE_FANIN` of the newest run of consecutive segments of one kind
-    and generation that holds at least that many, where together they hold at most ``cap`` steps."""
+    and generation that holds at least that many, where together they hold at most ``cap`` steps.
+    ``order``: each segment's position in the log, where runs must be consecutive too (a merge
+    records a range of the log: protected segments made neighbours by the eviction of the
+    unprotected ones between them were merged into a record the log calls damage); ``None``: a
+    first guess from a writer's state, made again under the lock."""
     end = len(live)
     while end >= MERGE_FANIN:
         last = live[end - 1][0]
@@ -130,6 +136,8 @@ def merge_plan(live: list[tuple[SegmentEntry, int]], cap: int) -> list[tuple[Seg
             last.protected,
             last.generation,
         ):
+            if order is not None and order[live[start - 1][0].seg] + 1 != order[live[start][0].seg]:
+                break
             start -= 1
         run = live[start : start + MERGE_FANIN]
         if (
@@ -179,7 +187,7 @@ class SmallSegmentMerger:
         merged = False
         try:
             view = self._fresh_view()
-            while (run := merge_plan(view.live_segments(), cap)) is not None:
+            while (run := merge_plan(view.live_segments(), cap, view.log_order())) is not None:
                 merge_run(view, run, generation=run[0][0].generation + 1, fsync=self.fsync)
                 self.merges += 1
                 merged = True
@@ -345,7 +353,7 @@ def _runs(ds: GrowingDataset) -> list[list[tuple[SegmentEntry, int]]]:
     """Runs of consecutive live segments of one kind worth merging: more than one segment, or
     one whose files still hold evicted episodes."""
     live = ds.live_segments()
-    order = {s.seg: i for i, s in enumerate(ds.log_segments)}
+    order = ds.log_order()
     runs: list[list[tuple[SegmentEntry, int]]] = []
     for entry, first in live:
         run = runs[-1] if runs else None

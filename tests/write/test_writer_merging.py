@@ -107,6 +107,25 @@ def test_protected_and_compacted_segments_are_never_merged_with_others(
     assert uids() == list(range(13))
 
 
+def test_protected_segments_apart_in_the_log_are_never_merged(isolated_cache: Path, fanin4: None) -> None:
+    """A protected and an ordinary writer in turn, with a capacity: the ordinary episodes between
+    the protected segments were evicted, the protected ones became neighbours in the view, and
+    their merge recorded a log range the log calls damage: the dataset opened for no one."""
+    with (
+        rlds_cli.DatasetWriter("m", mode="append", capacity_episodes=1, protected=True) as demo,
+        rlds_cli.DatasetWriter("m", mode="append") as actor,
+    ):
+        for uid in range(0, 20, 2):
+            demo.add_episode(_episode(uid))
+            demo.flush()
+            actor.add_episode(_episode(uid + 1))  # evicts the ordinary episode before it
+            actor.flush()
+    assert uids() == [*range(0, 20, 2), 19]
+    assert generations() == [0] * 11  # protected segments apart in the log: none merged
+    result = runner.invoke(app, ["inspect", "m", "--check", "--no-stats"])
+    assert result.exit_code == 0, result.output
+
+
 def test_a_merged_segment_stays_under_its_share_of_the_capacity(isolated_cache: Path, fanin4: None) -> None:
     # episodes of 1-4 steps (10 every 4); capacity 80 steps: a merge holds at most 10 of them
     add(None, range(40), capacity=80)
