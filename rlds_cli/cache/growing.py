@@ -320,6 +320,9 @@ class GrowingDataset(Dataset):
                 self._check_not_replaced()
                 raise self._gone(seg) from None
             problem = schema_problem(self.head, ds.manifest)
+            named = ds.manifest.source.get("segment")  # segments written before rlds named them: None
+            if named is not None and named != seg_name(seg):
+                problem = f"it holds the files of segment {named!r} (a folder copied or swapped)"
             if problem is not None:
                 raise CorruptDatasetError(
                     f"segment {path}: {problem}", hint=segment_damage_hint(self.head.name)
@@ -490,10 +493,11 @@ class GrowingDataset(Dataset):
     def _index_segment(self, entry: SegmentEntry) -> None:
         """Open a segment of the view and keep its episode index as plain arrays."""
         ds = self.segment(entry.seg)
-        if ds.num_episodes != entry.episodes - entry.dropped:
+        if (ds.num_episodes, ds.num_steps) != (entry.episodes - entry.dropped, entry.steps):
             raise CorruptDatasetError(
-                f"segment {ds.directory} holds {ds.num_episodes} episodes, its commit record says "
-                f"{entry.episodes - entry.dropped}"
+                f"segment {ds.directory} holds {ds.num_episodes} episodes of {ds.num_steps} steps, its "
+                f"commit record says {entry.episodes - entry.dropped} of {entry.steps}",
+                hint=segment_damage_hint(self.head.name),
             )
         index = ds.episode_index
         self._facts[entry.seg] = (

@@ -299,7 +299,8 @@ def seal_segment(
         num_steps=int(lengths.sum()),
         num_episodes=len(lengths),
         fields=dict(head.fields),
-        source={"format": "rlds-writer", "writer": writer},
+        # its own name: a folder holding another segment's files is told apart (a copy passed)
+        source={"format": "rlds-writer", "writer": writer, "segment": build.name.partition(".")[0]},
         content_digest=content,
     )
     # made durable with the folders (building_segment); one line: no one reads it by eye

@@ -126,6 +126,27 @@ def test_protected_segments_apart_in_the_log_are_never_merged(isolated_cache: Pa
     assert result.exit_code == 0, result.output
 
 
+def test_a_segment_folder_holding_another_segment_s_files_is_damage(isolated_cache: Path) -> None:
+    """A copy of one segment's folder over another's passed check and verify, was served, and
+    compact merged it with a fresh digest."""
+    add(None, range(2))
+    ds = rlds_cli.open_dataset("m")
+    assert isinstance(ds, GrowingDataset)
+    first, second = (ds.directory / SEGMENTS_DIR / entry.seg.hex() for entry in ds.log_segments)
+    shutil.rmtree(second)
+    shutil.copytree(first, second)
+    for args in (
+        ["inspect", "m", "--check", "--no-stats"],
+        ["verify", "m"],
+        ["compact", "m", "--grace", "0"],
+    ):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1 and "holds the files of segment" in result.output, args
+    assert sorted(p.name for p in (ds.directory / SEGMENTS_DIR).iterdir()) == sorted(
+        [first.name, second.name]
+    )
+
+
 def test_a_merged_segment_stays_under_its_share_of_the_capacity(isolated_cache: Path, fanin4: None) -> None:
     # episodes of 1-4 steps (10 every 4); capacity 80 steps: a merge holds at most 10 of them
     add(None, range(40), capacity=80)
