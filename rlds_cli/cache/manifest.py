@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from rlds_cli._util.io import atomic_write
 from rlds_cli._version import __version__
 from rlds_cli.cache.integrity import check_manifest_data, damage_hint, manifest_name
-from rlds_cli.cache.layout import COMPOSED_LAYOUT, MANIFEST_FILE
+from rlds_cli.cache.layout import COMPOSED_LAYOUT, DATASETS_DIR, MANIFEST_FILE
 from rlds_cli.cache.ted import key_problem
 from rlds_cli.errors import CorruptDatasetError
 
@@ -275,7 +275,14 @@ def read_manifest(directory: Path) -> Manifest:
         raise
     except (OSError, ValueError) as exc:
         raise CorruptDatasetError(f"cannot read manifest {path}: {exc}") from exc
-    return parse_manifest(text, path)
+    manifest = parse_manifest(text, path)
+    if directory.parent.name == DATASETS_DIR and directory.name != manifest.name.replace("/", "--"):
+        # a manifest copied from another dataset: its settings (a capacity) would act on these files
+        raise CorruptDatasetError(
+            f"manifest {path} names dataset {manifest.name!r}, not the one of its folder",
+            hint=damage_hint(directory.name.replace("--", "/")),
+        )
+    return manifest
 
 
 def manifest_json(text: str | bytes, path: Path | str) -> dict[str, Any]:

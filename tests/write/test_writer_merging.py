@@ -147,6 +147,22 @@ def test_a_segment_folder_holding_another_segment_s_files_is_damage(isolated_cac
     )
 
 
+def test_a_head_manifest_copied_from_another_dataset_is_damage(isolated_cache: Path) -> None:
+    """Another growing dataset's head (capacity 1) over this one's opened it under the other
+    name, passed check and verify, and the next writer evicted by the other's capacity."""
+    add(None, range(5))
+    add(None, range(1), name="other", capacity_episodes=1)
+    head = rlds_cli.open_dataset("m").directory / "manifest.json"
+    shutil.copy(head.parent.parent / "other" / "manifest.json", head)
+    for args in (["inspect", "m", "--check", "--no-stats"], ["verify", "m"]):
+        result = runner.invoke(app, args)
+        assert (
+            result.exit_code == 1 and "names dataset 'other', not the one of its folder" in result.output
+        ), args
+    with pytest.raises(rlds_cli.errors.CorruptDatasetError, match="names dataset 'other'"):
+        add(None, range(5, 6))
+
+
 def test_a_merged_segment_stays_under_its_share_of_the_capacity(isolated_cache: Path, fanin4: None) -> None:
     # episodes of 1-4 steps (10 every 4); capacity 80 steps: a merge holds at most 10 of them
     add(None, range(40), capacity=80)
