@@ -268,3 +268,28 @@ def test_the_segments_folder_is_listed_in_one_place_without_the_checkpoint(tmp_p
         (segments / name).mkdir()
     (segments / LOG_CHECKPOINT_FILE).write_bytes(b"x")
     assert [p.name for p in segment_folders(tmp_path)] == ["0a", "0b", "stray"]
+
+
+@pytest.mark.parametrize("folder", ["notes", "0123456789abcdef0123456789abcdef"])
+def test_a_folder_no_writer_leaves_in_segments_is_kept_and_reported(
+    isolated_cache: Path, folder: str
+) -> None:
+    """A folder not named by a segment id was moved aside and deleted, then compact failed with
+    "unexpected ValueError"; one named like a segment without a manifest (no kill leaves it: a
+    writer renames a sealed segment in) was deleted in silence, and check and verify passed."""
+    directory = _append("g", 3)
+    stray = directory / SEGMENTS_DIR / folder
+    stray.mkdir()
+    (stray / "mine.txt").write_text("keep")
+    for args in (
+        ["compact", "g", "--grace", "0"],
+        ["inspect", "g", "--check", "--no-stats"],
+        ["verify", "g"],
+    ):
+        result = runner.invoke(app, args)
+        assert (
+            result.exit_code == 1 and f"segments/{folder} is no segment a writer leaves" in result.output
+        ), args
+    assert (stray / "mine.txt").read_text() == "keep"
+    shutil.move(stray, directory.parent.parent / folder)  # moved out: the dataset is whole again
+    assert runner.invoke(app, ["inspect", "g", "--check", "--no-stats"]).exit_code == 0
