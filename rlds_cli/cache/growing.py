@@ -318,7 +318,12 @@ class GrowingDataset(Dataset):
                 ds = Dataset(path)
             except (DatasetNotFoundError, FileNotFoundError):
                 self._check_not_replaced()
-                raise self._gone(seg) from None
+                raise self.removal_error(seg) from None
+            except CorruptDatasetError:
+                if path.is_dir():
+                    raise
+                self._check_not_replaced()  # moved out whole (retired) between two of its reads
+                raise self.removal_error(seg) from None
             problem = schema_problem(self.head, ds.manifest)
             named = ds.manifest.source.get("segment")  # segments written before rlds named them: None
             if named is not None and named != seg_name(seg):
@@ -330,7 +335,7 @@ class GrowingDataset(Dataset):
             self._segments[seg] = ds
         return ds
 
-    def _gone(self, seg: bytes) -> CacheError:
+    def removal_error(self, seg: bytes) -> CacheError:
         """The error for missing segment ``seg``: :class:`DatasetReplacedError` if removed since
         this view, :class:`CorruptDatasetError` if the log still names it live."""
         latest = LogState()
@@ -551,7 +556,7 @@ class GrowingDataset(Dataset):
                 self._check_not_replaced()
                 if ds.directory.is_dir():
                     raise  # there, and damaged
-                raise self._gone(bytes.fromhex(ds.directory.name)) from None
+                raise self.removal_error(bytes.fromhex(ds.directory.name)) from None
             if rows.dtype != np.dtype(spec.dtype) or rows.shape[1:] != tuple(spec.shape):
                 # read without the segment's manifest: its own file says what it holds
                 raise CorruptDatasetError(

@@ -53,7 +53,11 @@ def open_dataset(name: str, root: str | os.PathLike[str] | CacheRoot | None = No
             dataset = open_published(directory, manifest)
             if dataset.identity == before:  # manifest, index and directory of one version
                 return dataset
-        except (DatasetNotFoundError, CorruptDatasetError, DatasetReplacedError):
+        except DatasetReplacedError:
+            # a growing dataset's segment retired while its view was made (grace_seconds=0)
+            if attempt + 1 == _OPEN_ATTEMPTS:
+                raise
+        except (DatasetNotFoundError, CorruptDatasetError):
             if attempt + 1 == _OPEN_ATTEMPTS or not _being_replaced(cache_root, directory, before):
                 raise
         time.sleep(_OPEN_RETRY_SECONDS)

@@ -84,6 +84,8 @@ __all__ = ["MAX_WAITING_BYTES", "MAX_WAITING_EPISODES", "Committer", "SegmentSin
 #: the one it makes, so they never pile up; few, so the commit thread (which a full backlog waits
 #: for) never stands still.
 COLLECT_PER_COMMIT = 4
+#: Reads of the log an eviction makes when a segment of its view was removed meanwhile.
+EVICT_ATTEMPTS = 5
 
 
 class SegmentSink:
@@ -229,14 +231,23 @@ class SegmentSink:
             log_checkpoint.load_state(self.directory)
             self._checkpointed = self._state.position
         if conf["capacity"] is not None or conf["capacity_episodes"] is not None:
-            count = segments.evict_to(
-                self.directory,
-                self._state,
-                self._segment_lengths,
-                capacity=conf["capacity"],
-                capacity_episodes=conf["capacity_episodes"],
-                fsync=self.fsync,
-            )
+            for attempt in range(EVICT_ATTEMPTS):
+                try:
+                    count = segments.evict_to(
+                        self.directory,
+                        self._state,
+                        self._segment_lengths,
+                        capacity=conf["capacity"],
+                        capacity_episodes=conf["capacity_episodes"],
+                        fsync=self.fsync,
+                    )
+                    break
+                except FileNotFoundError:
+                    # a segment of this view merged and removed by another writer since the log was
+                    # read (grace_seconds=0): read it again; the log, not the view, is the truth
+                    if attempt + 1 == EVICT_ATTEMPTS:
+                        raise
+                    self._state.follow(log_path)
             if count is not None:
                 self._state.follow(log_path)
         if self.merger is not None and self.merger.after_commit(self._state.live(), head, conf["capacity"]):

@@ -79,6 +79,7 @@ from rlds_cli.cache.root import CacheRoot
 from rlds_cli.errors import (
     CacheError,
     CorruptDatasetError,
+    DatasetReplacedError,
     LockTimeoutError,
     SchemaMismatchError,
     SettingError,
@@ -100,6 +101,8 @@ __all__ = [
 
 #: Segments merged at once (and the most of one generation a view holds, less one).
 MERGE_FANIN = 16
+#: Plans a writer's merge makes when an input was removed meanwhile by another writer.
+MERGE_ATTEMPTS = 5
 #: A merged segment holds at most this many bytes (all columns): merging is for segments whose
 #: per-file costs (a folder, a manifest, a file a key: a few KiB and opens each) are a large share
 #: of them; a copy of larger ones (camera frames) would cost a writer its commits' disk time again ...
@@ -177,21 +180,32 @@ class SmallSegmentMerger:
         """Merge where :func:`merge_plan` says so for ``live`` (the writer's view after its commit),
         then any run that merge completes, and so on; returns whether a merge was committed. The
         plan is made again on a view read under the lock (another merge may have taken the
-        segments)."""
+        segments). Segments retired and removed by other writers while it reads (grace_seconds=0)
+        make it plan again, and after :data:`MERGE_ATTEMPTS` leave the merge to a later commit: a
+        merge is an economy, never a reason for a commit to fail."""
         cap = merge_cap(head, capacity)
         if self.damage is not None or merge_plan(live, cap) is None:
             return False
         lock = self._try_lock()
         if lock is None:
             return False
-        merged = False
+        merged, raced = False, 0
         try:
             view = self._fresh_view()
             while (run := merge_plan(view.live_segments(), cap, view.log_order())) is not None:
-                merge_run(view, run, generation=run[0][0].generation + 1, fsync=self.fsync)
+                try:
+                    merge_run(view, run, generation=run[0][0].generation + 1, fsync=self.fsync)
+                except DatasetReplacedError:  # an input removed meanwhile: planned again
+                    raced += 1
+                    if raced == MERGE_ATTEMPTS:
+                        break
+                    view = self._fresh_view()
+                    continue
                 self.merges += 1
                 merged = True
-                view.refresh()
+                view = self._fresh_view()
+        except DatasetReplacedError:  # the view kept losing segments while it was read
+            self._view = None
         except CorruptDatasetError as exc:
             self.damage = exc
             raise
@@ -200,12 +214,20 @@ class SmallSegmentMerger:
         return merged
 
     def _fresh_view(self) -> GrowingDataset:
-        """The dataset's view at the log's end (opened once, then followed)."""
-        if self._view is None:
-            self._view = GrowingDataset(self.directory)
-        else:
-            self._view.refresh()
-        return self._view
+        """The dataset's view at the log's end (opened once, then followed; made again when a
+        segment of it was retired and removed while it was read: grace_seconds=0)."""
+        for attempt in range(MERGE_ATTEMPTS):
+            try:
+                if self._view is None:
+                    self._view = GrowingDataset(self.directory)
+                else:
+                    self._view.refresh()
+                return self._view
+            except DatasetReplacedError:
+                self._view = None
+                if attempt + 1 == MERGE_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
 
 
 @dataclass
@@ -630,7 +652,14 @@ def _input_algorithm(ds: GrowingDataset, part: Any) -> str:
         raise _damaged_input(ds, part.directory, str(exc)) from None
 
 
-def _damaged_input(ds: GrowingDataset, directory: Path, problem: str) -> CorruptDatasetError:
+def _damaged_input(ds: GrowingDataset, directory: Path, problem: str) -> CacheError:
+    """The error for an input segment of a merge found wanting: damage, or
+    :class:`DatasetReplacedError` when another writer retired and removed it (moved out whole)
+    while it was read (``grace_seconds=0``)."""
+    if not directory.is_dir():
+        gone = ds.removal_error(bytes.fromhex(directory.name))
+        if isinstance(gone, DatasetReplacedError):
+            return gone
     return CorruptDatasetError(
         f"compaction of {ds.name!r} stopped: segment {directory.name}: {problem}",
         hint=f"nothing of it was merged or removed; 'rlds inspect {ds.name} --check' lists the damage",

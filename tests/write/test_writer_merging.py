@@ -218,6 +218,28 @@ def test_two_writers_merging_at_once_lose_and_duplicate_nothing(isolated_cache: 
     assert gens == sorted(gens, reverse=True) and len(gens) < 20, gens
 
 
+def _evicting_writer(root: str, first: int) -> None:
+    merging.MERGE_FANIN = 4
+    add(Path(root), range(first, first + 60), capacity_episodes=12, grace_seconds=0)
+
+
+@pytest.mark.slow
+def test_writers_evicting_with_no_grace_never_fail_each_other(isolated_cache: Path) -> None:
+    """grace_seconds=0: a segment one writer's view held was evicted and removed by another while
+    it read it, and CommitFailedError (a missing episodes.npy, a merge input called damaged)
+    reached the user's flush() within a second."""
+    add(None, range(1), capacity_episodes=12, grace_seconds=0)
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_evicting_writer, args=(str(isolated_cache), f)) for f in (100, 200, 300)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    got = uids()  # whole, each the episode written, and within the capacity
+    assert len(got) <= 12 and set(got) <= {0, *range(100, 160), *range(200, 260), *range(300, 360)}
+
+
 def _leftovers(root: Path) -> tuple[int, int]:
     d = root / "datasets" / "m"
     return len(list((d / SEGMENT_BUILDS_DIR).iterdir())), len(list((d / SEGMENTS_DIR).iterdir()))
