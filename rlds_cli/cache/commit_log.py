@@ -50,7 +50,6 @@ from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
     MANIFEST_FILE,
     SEGMENT_BUILDS_DIR,
-    SEGMENTS_DIR,
     segment_folders,
 )
 from rlds_cli.cache.manifest import manifest_json
@@ -694,31 +693,27 @@ def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
     latest.follow(directory / COMMIT_LOG_FILE)
     found: list[Path] = []
     merges: list[Path] = []
-    strange: list[Path] = []
     writers: Counter[Any] = Counter()
     for path in segment_folders(directory):
         try:
             seg = bytes.fromhex(path.name)
-        except ValueError:  # not a segment rlds named: no record can name it
+        except ValueError:
             seg = b""
-        if len(seg) == 16 and any(state.names(seg) for state in (latest, *views)):
+        if len(seg) != 16 or not path.is_dir():
+            # no segment rlds named (a folder or file put there): no leftover, never removed (it
+            # was moved aside and deleted, then compact failed with "unexpected ValueError")
+            continue
+        if any(state.names(seg) for state in (latest, *views)):
             continue
         writer, instance, merged = _segment_origin(path)  # read once: runs? whose? what?
-        if _running(writer):
+        if _running(writer) or not path.is_dir():  # gone meanwhile: removed by compact or gc
             continue
         found.append(path)
         if merged:
             merges.append(path)
-        if len(seg) != 16 or writer is None:  # a writer renames a sealed segment in: never this
-            strange.append(path)
-        # each writer of a process (several may share one) may leave one
+        # a segment that does not say its writer (a rollback killed in its removal) counts as a
+        # writer of its own; each writer of a process (several may share one) may leave one
         writers[(*writer, instance) if writer is not None else path.name] += 1
-    if strange:
-        return found, (
-            f"{SEGMENTS_DIR}/{strange[0].name} is no segment a writer leaves (a segment id holding a "
-            "readable manifest that names its writer): a folder put there, or a segment damaged; "
-            "move it out of the dataset's folder if it is not the dataset's"
-        )
     return found, _lost_records(latest, found, writers, merges)
 
 

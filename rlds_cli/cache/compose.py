@@ -534,7 +534,7 @@ def _window_block(
     source: Dataset, index: np.ndarray, first: int, stop: int, every: int, instructions: Instructions | None
 ) -> StepBlock:
     """Episodes ``[first, stop)`` of ``source`` downsampled, as one block (``instructions``: whose
-    step column is written as indices of its ``texts``, see :func:`_carried_instructions`)."""
+    step column is written as indices of its ``texts``, see :func:`copied_metadata`)."""
     lengths = index["length"][first:stop].astype(np.int64)
     step0 = int(index["start"][first])
     n = int(lengths.sum())

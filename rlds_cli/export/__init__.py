@@ -168,9 +168,8 @@ def _refuse_source_files(out: str | os.PathLike[str], cache: Path | None) -> Non
         if how is not None:
             raise ExportError(
                 f"{out} {how} the source dataset {manifest.name!r} was converted from ({source}): "
-                "the export would write over it",
-                hint=f"export to a path of its own (or remove dataset {manifest.name!r} first: "
-                f"rlds rm {manifest.name})",
+                "the export would write over or into it",
+                hint="export to a path of its own ('rlds verify' checks a dataset against its source)",
             )
 
 

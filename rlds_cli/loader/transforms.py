@@ -117,7 +117,7 @@ class Normalize:
     def _use(self, stats: Mapping[str, Any], source: str) -> None:
         statistics = NormalizationStats.from_mapping(stats, self.keys, eps=self.eps, source=source)
         for key in self.keys:  # a NaN statistic made every value of its dimension NaN, silently
-            unknown = np.flatnonzero(~np.isfinite(statistics.mean[key] + statistics.std[key]))
+            unknown = np.flatnonzero(~(np.isfinite(statistics.mean[key]) & np.isfinite(statistics.std[key])))
             if len(unknown):
                 shown = ", ".join(map(str, unknown[:8])) + (", ..." if len(unknown) > 8 else "")
                 raise ValueError(

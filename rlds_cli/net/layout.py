@@ -94,7 +94,8 @@ def url_file_name(url: str) -> str:
 def is_reserved(name: str) -> bool:
     """Whether a downloaded file's relative name would land in the bookkeeping folder (``./``
     and ``a/..`` parts resolved first: ``./.rlds/hashes.json`` wrote over the folder's hashes)."""
-    return posixpath.normpath(name.replace("\\", "/")).split("/", 1)[0] == META_DIR
+    # case-folded: .RLDS/ is .rlds/ on a case-insensitive disk (macOS, Windows)
+    return posixpath.normpath(name.replace("\\", "/")).split("/", 1)[0].casefold() == META_DIR
 
 
 def meta_dir(folder: Path) -> Path:

@@ -219,7 +219,9 @@ def translated(url: str, *, write: bool = False) -> Iterator[None]:
         if is_disk_full(exc):  # the local copy's disk, not the store
             where = getattr(exc, "filename", None)
             raise DiskFullError(
-                f"no space left on the local disk reading {url}" + (f" into {where}" if where else "")
+                f"no space left on a local disk copying {url}" + (f" ({where})" if where else ""),
+                hint="free space on that disk (the cache's for a pull, cache=DIR's for a read), or "
+                "give a smaller cache_limit",
             ) from None
         raise access_error(url, exc, write=write) from None
 

@@ -409,8 +409,8 @@ class ExporterContract:
 
     def test_an_existing_output_is_kept_unless_overwrite(self, dataset: Dataset, tmp_path: Path) -> None:
         """An earlier export (a folder export's, with a file of the user's added) stays without
-        ``overwrite`` and is replaced whole with it; a file that is no export of the format is
-        never replaced (``overwrite`` wrote over any file)."""
+        ``overwrite`` and is replaced whole with it; a file that does not begin as the format's
+        files do is never replaced (``overwrite`` wrote over any file)."""
         out = self.out_path(tmp_path)
         export_dataset(dataset, out, self.format, options=self.options)
         mine = out / "mine.txt" if out.is_dir() else out

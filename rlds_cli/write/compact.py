@@ -62,6 +62,7 @@ from rlds_cli.cache.commit_log import (
     Record,
     SegmentEntry,
     new_segment_id,
+    seg_name,
     unnamed,
 )
 from rlds_cli.cache.dataset import Dataset
@@ -195,8 +196,22 @@ class SmallSegmentMerger:
             while (run := merge_plan(view.live_segments(), cap, view.log_order())) is not None:
                 try:
                     merge_run(view, run, generation=run[0][0].generation + 1, fsync=self.fsync)
-                except DatasetReplacedError:  # an input removed meanwhile: planned again
-                    raced += 1
+                except (DatasetReplacedError, CorruptDatasetError, FileNotFoundError) as exc:
+                    gone = [
+                        e.seg
+                        for e, _ in run
+                        if not (view.directory / SEGMENTS_DIR / seg_name(e.seg)).is_dir()
+                    ]
+                    damage = [
+                        err
+                        for err in map(view.removal_error, gone)
+                        if not isinstance(err, DatasetReplacedError)
+                    ]
+                    if damage or (not gone and not isinstance(exc, DatasetReplacedError)):
+                        raise (
+                            damage[0] if damage else exc
+                        ) from None  # an input damaged, or missing but live
+                    raced += 1  # an input retired and removed meanwhile (a zarr read named it missing)
                     if raced == MERGE_ATTEMPTS:
                         break
                     view = self._fresh_view()

@@ -541,7 +541,12 @@ def test_fields_a_newer_rlds_records_are_left_out(
 
 
 def test_the_bookkeeping_folder_is_reserved(tmp_path: Path, config: HttpConfig) -> None:
-    for name in (".rlds/hashes.json", "./.rlds/hashes.json", "data/../.rlds/hashes.json"):
+    for name in (
+        ".rlds/hashes.json",
+        "./.rlds/hashes.json",
+        "data/../.rlds/hashes.json",
+        ".RLDS/hashes.json",
+    ):
         with pytest.raises(RegistryFormatError, match=f"file name '{re.escape(name)}' is reserved"):
             fetch_files([RemoteFile(name, ("http://127.0.0.1:9/x",))], tmp_path, config=config)
 

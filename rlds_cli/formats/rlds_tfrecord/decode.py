@@ -283,9 +283,6 @@ def _decode_image(data: bytes, leaf: Leaf, where: str, step: int) -> np.ndarray:
 
     height, width, channels = leaf.shape
     what = f"{where}: step {step} of {leaf.name!r}"
-    problem = _damaged_jpeg(data)
-    if problem is not None:  # Pillow decodes it anyway, warning: a damaged frame published as data
-        raise SourceFormatError(f"{what} is a damaged JPEG image: {problem}")
     try:
         with Image.open(io.BytesIO(data), formats=("PNG", "JPEG")) as img:
             w, h = img.size
@@ -295,6 +292,9 @@ def _decode_image(data: bytes, leaf: Leaf, where: str, step: int) -> np.ndarray:
                 )
             if h * w * channels * np.dtype(str(leaf.dtype)).itemsize > MAX_FRAME_BYTES:
                 raise SourceFormatError(f"{what} is a {h}x{w} image, over {MAX_FRAME_BYTES:,} bytes decoded")
+            problem = _damaged_jpeg(data)  # its size checked first: decoded whole here
+            if problem is not None:  # Pillow decodes it anyway, warning: a damaged frame published
+                raise SourceFormatError(f"{what} is a damaged JPEG image: {problem}")
             if leaf.dtype == "uint16":
                 if img.mode not in (*_SIXTEEN_BIT_GRAY, "L"):
                     raise SourceFormatError(f"{what} is a {img.mode} image, not a 16-bit grayscale PNG")
