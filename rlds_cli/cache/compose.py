@@ -467,15 +467,15 @@ def _downsampled_card(source: Dataset, every: int) -> dict[str, Any]:
 
 
 def copied_step_column(
-    source: Dataset, instructions: Instructions, start: int, stop: int, rows: np.ndarray
+    source: Dataset, instructions: Instructions, start: int, rows: np.ndarray
 ) -> np.ndarray:
-    """``rows`` (the instructions' step column at ``source``'s steps ``[start, stop)``) as
-    indices of their ``texts``, in the column's dtype (see :func:`copied_metadata`).
+    """``rows`` (the instructions' step column at ``source``'s steps from ``start``, read
+    already) as indices of their ``texts``, in the column's dtype (see :func:`copied_metadata`).
 
     Raises:
         SchemaMismatchError: An index the column's dtype cannot hold.
     """
-    mapped = instructions.of_rows(source, start, stop)
+    mapped = instructions.of_column(source, start, rows)
     if len(mapped) and int(mapped.max()) > np.iinfo(rows.dtype).max:
         raise SchemaMismatchError(
             f"{source.name}: its {len(instructions.texts)} instructions do not fit "
@@ -560,7 +560,7 @@ def _window_block(
             continue
         rows = np.asarray(column[step0 : step0 + n])
         if instructions is not None and key == instructions.step_key:
-            rows = copied_step_column(source, instructions, step0, step0 + n, rows)
+            rows = copied_step_column(source, instructions, step0, rows)
         if key in SUMMED:
             steps[key] = _window_sums(source, key, rows, win_first, every)
         elif key in FLAGS:

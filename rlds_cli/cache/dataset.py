@@ -154,16 +154,32 @@ class Instructions:
             CorruptDatasetError: An index outside ``texts``.
         """
         stop = min(stop, dataset.num_steps)
-        starts = dataset.episode_index["start"].astype(np.int64)
-        episode = np.searchsorted(starts, np.arange(start, stop), side="right") - 1
         if self.step_key is None:
             assert self.episode_task is not None
+            episode = self._episodes(dataset, start, stop - start)
             return self._checked(dataset, np.asarray(self.episode_task, np.int64)[episode])
-        index = np.asarray(dataset.column(self.step_key)[start:stop]).astype(np.int64).reshape(-1)
+        return self.of_column(dataset, start, np.asarray(dataset.column(self.step_key)[start:stop]))
+
+    def of_column(self, dataset: Dataset, start: int, values: np.ndarray) -> np.ndarray:
+        """The text index (int64, flat) of each of ``values``: the step column's rows of
+        ``dataset`` from step row ``start`` on, read already (each through its episode's table
+        in a merge).
+
+        Raises:
+            CorruptDatasetError: An index outside ``texts``.
+        """
+        index = np.asarray(values).astype(np.int64).reshape(-1)
         if self.maps:
             assert self.episode_table is not None
+            episode = self._episodes(dataset, start, len(index))
             return self._through(dataset, index, self.episode_table[episode])
         return self._checked(dataset, index)
+
+    @staticmethod
+    def _episodes(dataset: Dataset, start: int, count: int) -> np.ndarray:
+        """The episode of each of ``count`` step rows of ``dataset`` from ``start``."""
+        starts = dataset.episode_index["start"].astype(np.int64)
+        return np.searchsorted(starts, np.arange(start, start + count), side="right") - 1
 
     def _through(self, dataset: Dataset, index: np.ndarray, tables: np.ndarray) -> np.ndarray:
         """``index`` (each row's own table's) as indices of ``texts``, row ``i`` through

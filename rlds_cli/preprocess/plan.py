@@ -203,7 +203,7 @@ def read_chunk(
     out["index"] = np.arange(start, stop, dtype=np.int64)
     key = None if instructions is None else instructions.step_key
     if instructions is not None and key is not None and key in out:
-        out[key] = copied_step_column(ds, instructions, start, stop, np.asarray(out[key]))
+        out[key] = copied_step_column(ds, instructions, start, np.asarray(out[key]))
     return out
 
 

@@ -197,16 +197,8 @@ class SmallSegmentMerger:
                 try:
                     merge_run(view, run, generation=run[0][0].generation + 1, fsync=self.fsync)
                 except (DatasetReplacedError, CorruptDatasetError, FileNotFoundError) as exc:
-                    gone = [
-                        e.seg
-                        for e, _ in run
-                        if not (view.directory / SEGMENTS_DIR / seg_name(e.seg)).is_dir()
-                    ]
-                    damage = [
-                        err
-                        for err in map(view.removal_error, gone)
-                        if not isinstance(err, DatasetReplacedError)
-                    ]
+                    gone = _gone_inputs(view, [e.seg for e, _ in run])
+                    damage = [err for err in gone if not isinstance(err, DatasetReplacedError)]
                     if damage or (not gone and not isinstance(exc, DatasetReplacedError)):
                         raise (
                             damage[0] if damage else exc
@@ -667,14 +659,21 @@ def _input_algorithm(ds: GrowingDataset, part: Any) -> str:
         raise _damaged_input(ds, part.directory, str(exc)) from None
 
 
+def _gone_inputs(ds: GrowingDataset, segs: list[bytes]) -> list[CacheError]:
+    """For each of the segments ``segs`` whose folder is gone, why (:meth:`GrowingDataset.removal_error`:
+    retired and removed since the view, or missing while the log holds it live)."""
+    return [
+        ds.removal_error(seg) for seg in segs if not (ds.directory / SEGMENTS_DIR / seg_name(seg)).is_dir()
+    ]
+
+
 def _damaged_input(ds: GrowingDataset, directory: Path, problem: str) -> CacheError:
     """The error for an input segment of a merge found wanting: damage, or
     :class:`DatasetReplacedError` when another writer retired and removed it (moved out whole)
     while it was read (``grace_seconds=0``)."""
-    if not directory.is_dir():
-        gone = ds.removal_error(bytes.fromhex(directory.name))
-        if isinstance(gone, DatasetReplacedError):
-            return gone
+    gone = _gone_inputs(ds, [bytes.fromhex(directory.name)])
+    if gone and isinstance(gone[0], DatasetReplacedError):
+        return gone[0]
     return CorruptDatasetError(
         f"compaction of {ds.name!r} stopped: segment {directory.name}: {problem}",
         hint=f"nothing of it was merged or removed; 'rlds inspect {ds.name} --check' lists the damage",
