@@ -55,7 +55,7 @@ from rlds_cli.formats.untrusted import (
     declared_bytes,
     require_shape,
 )
-from rlds_cli.formats.zarr_v2 import ZarrV2Store, is_zip, require_codecs
+from rlds_cli.formats.zarr_v2 import ZarrV2Store, is_zip, read_rows, require_codecs
 
 #: Most rows per block (blocks are otherwise about 8 MiB of source rows).
 BLOCK_ROWS = 1 << 16
@@ -399,7 +399,7 @@ class ReplayBufferReader(Reader):
     def _read(self, array: Any, key: str, start: int | None = None, stop: int | None = None) -> np.ndarray:
         """Rows ``start:stop`` of ``array`` (``None``: all of it)."""
         try:
-            return np.asarray(array[...] if start is None else array[start:stop])
+            return read_rows(array, start, stop)
         except RldsError:
             raise
         except Exception as exc:  # a codec's error on a damaged chunk: any class

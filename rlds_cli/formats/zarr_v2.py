@@ -376,6 +376,42 @@ class BoundedChunkDecoder:
         return numcodecs.get_codec(config)
 
 
+def read_rows(array: Any, start: int | None = None, stop: int | None = None) -> np.ndarray:
+    """Rows ``start:stop`` of the zarr ``array`` (``None``: all of it).
+
+    When the read fails (a chunk that does not decode), the error is raised only once every other
+    chunk read still running on zarr's event loop has ended: zarr raises its first chunk's error
+    while the other chunks' decodes go on in its threads, which would outlive the refusal (and the
+    store they read; under ``tracemalloc`` such a thread crashed the interpreter when tracing
+    stopped).
+    """
+    try:
+        return np.asarray(array[...] if start is None else array[start:stop])
+    except BaseException:
+        _wait_for_other_reads(SETTLE_SECONDS)
+        raise
+
+
+#: Longest a failed read waits for zarr's other chunk reads to end before it raises.
+SETTLE_SECONDS = 60.0
+
+
+def _wait_for_other_reads(timeout: float) -> None:
+    """Wait (at most ``timeout`` seconds) until no task but this one is left on zarr's event loop."""
+    import asyncio
+
+    from zarr.core.sync import sync
+
+    async def others_ended() -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        # a task still running may start others (zarr nests its chunk reads): look again until none
+        while (others := asyncio.all_tasks() - {asyncio.current_task()}) and loop.time() < deadline:
+            await asyncio.wait(others, timeout=deadline - loop.time())
+
+    sync(others_ended())
+
+
 #: Most memory LZMA's decoder may take (its window: 8 MiB at xz's default preset, 64 MiB at -9).
 LZMA_MEMORY_LIMIT = 128 << 20
 #: imagecodecs' image (and LERC, ZFP array) codecs that refuse an ``out`` of another shape than

@@ -677,3 +677,42 @@ def test_a_chunk_shape_of_zero_is_named(tmp_path: Path) -> None:
     meta["chunks"] = [0, *meta["chunks"][1:]]
     zarray.write_text(json.dumps(meta))
     refused(download(store, "bad"), "'data/state' declares chunks of shape [0,", published=())
+
+
+def test_a_failed_read_raises_only_once_no_other_chunk_is_decoding(tmp_path: Path) -> None:
+    """zarr raised the first chunk's error while the read's other chunks still decoded in its
+    threads (a worker crashed under tracemalloc); the error now waits for them."""
+    import threading
+    import time
+
+    import numcodecs
+    import zarr
+
+    from rlds_cli.formats.zarr_v2 import read_rows
+
+    busy: list[int] = []
+    lock = threading.Lock()
+
+    class SlowOrBroken(numcodecs.Zlib):
+        codec_id = "rlds_test_slow_or_broken"
+
+        def decode(self, buf: Any, out: Any = None) -> Any:
+            data = bytes(buf)
+            if data.startswith(b"broken"):
+                raise ValueError("damaged")
+            with lock:
+                busy.append(1)
+            time.sleep(0.3)
+            with lock:
+                busy.pop()
+            return super().decode(data, out)
+
+    numcodecs.register_codec(SlowOrBroken)
+    array = zarr.create_array(
+        tmp_path / "a", shape=(16,), chunks=(1,), dtype="u1", zarr_format=2, compressors=SlowOrBroken()
+    )
+    array[:] = np.arange(16, dtype=np.uint8)
+    (tmp_path / "a" / "0").write_bytes(b"broken")
+    with pytest.raises(ValueError, match="damaged"):
+        read_rows(zarr.open_array(tmp_path / "a", mode="r", zarr_format=2))
+    assert not busy, f"{len(busy)} chunks still decoding after the read raised"
