@@ -209,9 +209,10 @@ def describe(fn: str | Callable[..., Any]) -> tuple[str, str | None]:
 
 def _user_modules(target: Callable[..., Any]) -> list[tuple[Any, Path]]:
     """The user's own modules ``target`` runs, each with its source file: its module first, then
-    the modules its globals hold (a module, or a function or class defined in one), then theirs,
-    and so on, whose source file lies outside the installed packages, the standard library and
-    rlds. Modules imported inside a function body, only when it runs, are not seen."""
+    the modules its globals hold (a module, or a function or class defined in one) and the loaded
+    modules its ``import`` statements name (``from helper import SCALE`` holds a float, which
+    names no module), then theirs, and so on, whose source file lies outside the installed
+    packages, the standard library and rlds. A module not imported yet is not seen."""
     start = sys.modules.get(str(getattr(inspect.unwrap(target), "__module__", "")))
     if start is None:
         return []
@@ -223,7 +224,7 @@ def _user_modules(target: Callable[..., Any]) -> list[tuple[Any, Path]]:
         found_modules.append((start, Path(file).resolve()))
     while queue and len(seen) < _HELPER_MODULES_LIMIT:
         module = queue.pop()
-        for value in list(vars(module).values()):
+        for value in [*_imported_modules(module), *list(vars(module).values())]:
             try:
                 found = (
                     value
@@ -242,6 +243,27 @@ def _user_modules(target: Callable[..., Any]) -> list[tuple[Any, Path]]:
             queue.append(found)
             found_modules.append((found, where))
     return found_modules
+
+
+def _imported_modules(module: Any) -> list[Any]:
+    """The loaded modules that ``module``'s source file imports from (its ``import`` and
+    ``from ... import`` statements, in function bodies too; relative ones resolved)."""
+    file = getattr(module, "__file__", None)
+    try:
+        tree = ast.parse(Path(file).read_bytes()) if isinstance(file, str) and file.endswith(".py") else None
+    except (SyntaxError, ValueError, OSError):
+        return []
+    names: list[str] = []
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            try:
+                base = importlib.util.resolve_name("." * node.level + (node.module or ""), module.__package__)
+            except (ImportError, ValueError, TypeError):
+                continue
+            names += [base, *(f"{base}.{alias.name}" for alias in node.names)]
+    return [sys.modules[n] for n in dict.fromkeys(names) if n in sys.modules]
 
 
 def helpers_digest(fn: str | Callable[..., Any]) -> str | None:
@@ -311,8 +333,15 @@ def _stale_name(module: Any, path: Path) -> str | None:
             continue  # imported from elsewhere
         if name not in on_disk or not _same_code(inner.__code__, on_disk[name]):
             return f"function {name!r} differs"
-    # constants by convention (UPPER_CASE) of immutable literals, each name's last top-level
-    # assignment: a counter or a cache the module changes while it runs is no edit
+    # constants by convention (UPPER_CASE) of immutable literals, bound once in the whole file by
+    # a top-level assignment: a name also set in an ``if``, a loop, by ``+=`` or a ``global``
+    # statement (a counter or a cache the module changes while it runs) is not comparable
+    bindings: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            bindings[node.id] = bindings.get(node.id, 0) + 1
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            bindings.update((name, 2) for name in node.names)
     constants = {
         node.targets[0].id: node.value
         for node in tree.body
@@ -320,6 +349,7 @@ def _stale_name(module: Any, path: Path) -> str | None:
         and len(node.targets) == 1
         and isinstance(node.targets[0], ast.Name)
         and node.targets[0].id.isupper()
+        and bindings.get(node.targets[0].id) == 1
     }
     for constant, value_node in constants.items():
         try:

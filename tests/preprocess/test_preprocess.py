@@ -517,6 +517,45 @@ def test_an_edit_of_a_helper_module_is_a_new_job(
     )
 
 
+def test_a_value_imported_by_name_from_a_helper_is_part_of_the_job(
+    golden: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``from helper import SCALE`` holds a float, which names no module: an edit of helper.py kept
+    the job, so a re-run was 'nothing to do' over the old output and ``--resume`` mixed both."""
+    helper = tmp_path / "constant_helper_for_rlds.py"
+    helper.write_text("SCALE = 2\n")
+    user = tmp_path / "uses_constant_for_rlds.py"
+    user.write_text(
+        "import numpy as np\nfrom constant_helper_for_rlds import SCALE\n\n"
+        "def scaled(b):\n    return {**b, 'action': np.asarray(b['action']) * SCALE}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ref = "uses_constant_for_rlds:scaled"
+    assert preprocess.run(golden, ref, "scaled", workers=1).manifest.lineage[0]["fn_helpers_sha256"]
+    helper.write_text("SCALE = 3\n")
+    with pytest.raises(FunctionImportError, match="SCALE is 2 here, 3 in the file"):
+        preprocess.run(golden, ref, "scaled", workers=1)
+    importlib.reload(sys.modules["constant_helper_for_rlds"])
+    importlib.reload(sys.modules["uses_constant_for_rlds"])
+    with pytest.raises(DatasetExistsError):  # another job now: not "nothing to do"
+        preprocess.run(golden, ref, "scaled", workers=1)
+
+
+def test_a_constant_set_again_where_the_module_runs_is_no_edit(
+    golden: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unedited module was refused as 'changed since this process imported it' when an
+    UPPER_CASE constant was set again in an ``if``, by ``+=`` or by a function's ``global``."""
+    user = tmp_path / "sets_constants_for_rlds.py"
+    user.write_text(
+        "DEVICE = 'cpu'\nif True:\n    DEVICE = 'cuda'\nN_STACK = 2\nN_STACK += 1\nCALLS = 0\n\n"
+        "def same(b):\n    global CALLS\n    CALLS += 1\n    return dict(b)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert not preprocess.run(golden, "sets_constants_for_rlds:same", "same", workers=1).reused
+    assert preprocess.run(golden, "sets_constants_for_rlds:same", "same", workers=1).reused
+
+
 STOPS_ONCE = """
 import os
 
