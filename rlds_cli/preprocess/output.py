@@ -151,6 +151,11 @@ def copy_source_arrays(out: Path, src: Dataset, ids: np.ndarray, *, one_for_one:
     return path
 
 
+#: What reading a summary or chunk ``.npz`` that is cut or damaged raises (numpy reads the zip's
+#: members, which check their CRC-32: ``BadZipFile``; a cut ``.npy`` inside: ``EOFError``).
+UNREADABLE_NPZ = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+
+
 def finished_chunks(job_dir: Path, num_chunks: int) -> list[int]:
     """Chunks whose results are all on disk: a summary (the done-marker, written after the chunk's
     data), and the chunk's file while the summary says it wrote rows, so a half-deleted job never
@@ -162,8 +167,8 @@ def finished_chunks(job_dir: Path, num_chunks: int) -> list[int]:
             continue
         try:
             meta, _ = read_npz(marker)
-        except (OSError, ValueError, KeyError):
-            marker.unlink(missing_ok=True)  # unreadable: run the chunk again
+        except UNREADABLE_NPZ:
+            marker.unlink(missing_ok=True)  # unreadable or damaged: run the chunk again
             continue
         if meta.get("data_file") and not data_path(job_dir, i).is_file():
             marker.unlink()
@@ -180,8 +185,8 @@ def intact_chunks(job_dir: Path, done: list[int], mode: str, storage: str) -> li
     out, columns = job_dir / JOB_OUTPUT_DIR, {}
     intact = []
     for i in done:
-        meta, _ = read_npz(summary_path(job_dir, i))
         try:
+            meta, _ = read_npz(summary_path(job_dir, i))
             if mode == "direct":
                 for key, (a, b, recorded) in (meta.get("regions") or {}).items():
                     if key not in columns:
@@ -194,7 +199,7 @@ def intact_chunks(job_dir: Path, done: list[int], mode: str, storage: str) -> li
                     bad = chunk_file.testzip()
                 if bad is not None:
                     raise ValueError(f"{data_path(job_dir, i).name}: {bad} fails its CRC-32")
-        except (OSError, ValueError, zipfile.BadZipFile, CorruptDatasetError) as exc:
+        except (*UNREADABLE_NPZ, CorruptDatasetError) as exc:
             logger.warning("job %s: chunk %d of the interrupted run is damaged (%s): running it again",
                            job_dir.name, i, exc)  # fmt: skip
             summary_path(job_dir, i).unlink(missing_ok=True)

@@ -7,6 +7,7 @@ import hashlib
 import importlib
 import sys
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -568,10 +569,13 @@ def double(batch):
 """
 
 
-@pytest.mark.parametrize("by", ["step", "episode"])
+@pytest.mark.parametrize(
+    ("by", "damaged"), [("step", "rows"), ("episode", "rows"), ("step", "marker"), ("episode", "marker")]
+)
 def test_a_damaged_finished_chunk_is_run_again_on_resume(
     medium: str,
     by: str,
+    damaged: str,
     tmp_path: Path,
     isolated_cache: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -579,7 +583,8 @@ def test_a_damaged_finished_chunk_is_run_again_on_resume(
 ) -> None:
     """A byte flipped in the rows a finished chunk of an interrupted job had written (the output's
     region, per step) was published by ``--resume`` with fresh digests; in its chunk file (per
-    episode) it was 'unexpected BadZipFile' at every resume. Each is now found and run again."""
+    episode), or in its done-marker, it was 'unexpected BadZipFile' at every resume. Each is now
+    found and run again."""
     fn = tmp_path / "stops_once.py"
     fn.write_text(STOPS_ONCE)
     mark = tmp_path / "stop"
@@ -589,7 +594,12 @@ def test_a_damaged_finished_chunk_is_run_again_on_resume(
     with pytest.raises(UserFunctionError):
         preprocess.run(medium, f"{fn}:double", "out", workers=1, chunk_steps=10, by=by)
     (job,) = (isolated_cache / "tmp").glob("out.job-*")
-    if by == "step":
+    if damaged == "marker":  # a byte of its largest member's data: the zip's structure holds
+        target = job / "chunks" / "00000000.done.npz"
+        with zipfile.ZipFile(target) as marker:
+            info = max(marker.infolist(), key=lambda i: i.file_size)
+        offset = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra) + info.file_size // 2
+    elif by == "step":
         target = job / "out" / "arrays" / "action.npy"
         offset = np.load(target, mmap_mode="r").offset + 2  # in the first chunk's rows
     else:
@@ -601,7 +611,8 @@ def test_a_damaged_finished_chunk_is_run_again_on_resume(
     mark.unlink()
     with caplog.at_level("WARNING", logger="rlds_cli.preprocess"):
         result = preprocess.run(medium, f"{fn}:double", "out", workers=1, chunk_steps=10, by=by, resume=True)
-    assert result.resumed_chunks >= 1 and "chunk 0 of the interrupted run is damaged" in caplog.text
+    assert result.resumed_chunks >= 1
+    assert damaged == "marker" or "chunk 0 of the interrupted run is damaged" in caplog.text
     assert_same(everything("out"), everything(ref.manifest.name))
 
 
