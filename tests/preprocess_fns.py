@@ -214,3 +214,14 @@ def adds_a_big_key(batch: Any) -> Any:
     rng = np.random.default_rng(int(batch["index"][0]))
     out["big"] = rng.standard_normal((len(batch["index"]), 512)).astype(np.float32)
     return out
+
+
+def drop_first_episode(batch: Any) -> Any:
+    """Per-episode: drops the input's episode 0 (where the chunk holds it), keeping ``episode``."""
+    keep = np.asarray(batch["episode"]) != 0
+    return {k: v[keep] for k, v in batch.items()}
+
+
+def renumbers_episodes(batch: Any) -> Any:
+    """Per-episode: an ``episode`` column naming no input episode."""
+    return {**batch, "episode": np.full(len(batch["episode"]), 10**6, np.int64)}

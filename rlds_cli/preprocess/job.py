@@ -667,7 +667,7 @@ def finish(
     out = job_dir / JOB_OUTPUT_DIR
     if assembler is not None:
         assembler.pump()
-        steps, ends, ids, known = assembler.close(fsync)
+        steps, ends, parents, ids, known = assembler.close(fsync)
         if steps != rows_out:
             raise PreprocessError(
                 f"job {job.job_id}: assembled {steps} steps but the chunks wrote {rows_out}; "
@@ -681,14 +681,15 @@ def finish(
         index = job.src.episode_index[: plan.num_episodes]
         ends = (index["start"] + index["length"] - 1).astype(np.int64)
         ends[-1] = min(int(ends[-1]), steps - 1)
+        parents = np.arange(len(index), dtype=np.int64)
         ids, known = index["source_id"].astype(np.int64), index["final_known"].astype(bool)
         if plan.cut:
             known[-1] = True  # the cut episode's last next/observation is real data
     index = build_index(ends, ids, known)
     write_index(out, index, fsync=fsync)
     # chunks were written by several workers: the digests are read back from the finished output
-    # the source's per-episode facts (RoboCasa's lang, seeds) where its episodes are kept 1:1
-    arrays = output.copy_source_arrays(out, job.src, ids, one_for_one=assembler is None)
+    # the source's per-episode facts (RoboCasa's lang, seeds), each output episode its parent's
+    arrays = output.copy_source_arrays(out, job.src, parents)
     content = digest.digest_directory(out, job.storage, list(inferred), index, arrays)
     manifest = Manifest(
         name=out_name,

@@ -96,6 +96,7 @@ class Assembler:
             k: backend.create_column(out, k, np.dtype(s.dtype), s.shape) for k, s in inferred.items()
         }
         self.ends: list[np.ndarray] = []
+        self.parents: list[np.ndarray] = []
         self.ids: list[np.ndarray] = []
         self.known: list[np.ndarray] = []
         self.steps = 0
@@ -113,41 +114,43 @@ class Assembler:
                 for j, key in enumerate(meta["keys"]):
                     self.columns[key].append(arrays[f"c{j}"])
                 self.ends.append(arrays["ends"] + self.steps)
+                # a chunk file of a job begun by an older rlds has none: no parents
+                self.parents.append(arrays.get("parents", np.full(len(arrays["ids"]), -1)))
                 self.ids.append(arrays["ids"])
                 self.known.append(arrays["known"])
                 self.steps += int(meta["rows"])
             self.next += 1
 
-    def close(self, fsync: bool) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    def close(self, fsync: bool) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Steps written; the output episodes' ends, input positions (-1: none), source ids and
+        final-observation flags."""
         for column in self.columns.values():
             column.close(fsync=fsync)
-        return self.steps, cat(self.ends, np.int64), cat(self.ids, np.int64), cat(self.known, bool)
+        return (
+            self.steps,
+            cat(self.ends, np.int64),
+            cat(self.parents, np.int64),
+            cat(self.ids, np.int64),
+            cat(self.known, bool),
+        )
 
 
 def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
-def copy_source_arrays(out: Path, src: Dataset, ids: np.ndarray, *, one_for_one: bool) -> Path | None:
-    """Write the source arrays of ``src`` into ``out`` for an output of episodes with source ids
-    ``ids``: its per-episode ones (``<format>/episode_<what>``) cut to its first ``len(ids)``
-    episodes; returns the file, or ``None`` where ``src`` has none or the output's episodes are
-    not its first ones, one for one (``one_for_one``: they are, as in per-step mode; else the
-    ids must be the parent's, distinct: a function that dropped one episode and split another
-    keeps the count, not the order).
-    """
+def copy_source_arrays(out: Path, src: Dataset, parents: np.ndarray) -> Path | None:
+    """Write the source arrays of ``src`` into ``out`` for an output whose episodes come from the
+    episodes of ``src`` at positions ``parents`` (one per output episode: a dropped episode is
+    left out, a split one's parts each have its facts); returns the file, or ``None`` where
+    ``src`` has none or an output episode has no parent (-1: the function did not keep the
+    ``episode`` column, or changed it)."""
     arrays = src.episode_source_arrays()
-    kept = len(ids)
-    if not arrays or not 0 < kept <= src.num_episodes:
-        return None
-    own = src.episode_index["source_id"][:kept].astype(np.int64)
-    if not one_for_one and (not np.array_equal(ids, own) or len(np.unique(own)) != kept):
+    if not arrays or not len(parents) or parents.min() < 0 or parents.max() >= src.num_episodes:
         return None
     path = out / SOURCE_ARRAYS_FILE
-    save_npz(
-        path,
-        {k.replace("/", "__"): v[:kept] if is_episode_array(k) and v.ndim else v for k, v in arrays.items()},
-    )
+    kept = {k: v[parents] if is_episode_array(k) and v.ndim else v for k, v in arrays.items()}
+    save_npz(path, {k.replace("/", "__"): v for k, v in kept.items()})
     return path
 
 

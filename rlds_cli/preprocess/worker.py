@@ -175,9 +175,15 @@ def _run(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[str, An
     if spec["mode"] == "direct":
         regions = _write_direct(spec, arrays, expected, ends, start, e0)
     elif n:
-        ids, known = _episode_facts(ds, episode_out, ends, by_step, batch)
+        parents, ids, known = _episode_facts(ds, episode_out, ends, by_step, batch)
         _write_file(
-            data_path(job_dir, i), arrays, expected, ends, ids, known, spec["fsync"], spec.get("job_url")
+            data_path(job_dir, i),
+            arrays,
+            expected,
+            ends,
+            {"parents": parents, "ids": ids, "known": known},
+            spec["fsync"],
+            spec.get("job_url"),
         )
     meta = {
         "i": i,
@@ -225,19 +231,25 @@ def _check_structure(
 
 def _episode_facts(
     ds: Dataset, episode_out: Any, ends: np.ndarray, by_step: bool, batch: Mapping[str, np.ndarray]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Source ids and final-observation flags of the output episodes, from the parent's index:
-    through the input's ``episode`` column in per-step mode, through the returned ``episode``
-    column (when the function kept it) in per-episode mode."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The input positions, source ids and final-observation flags of the output episodes, from
+    the input's index: through the input's ``episode`` column in per-step mode, through the
+    returned ``episode`` column (when the function kept it) in per-episode mode. An episode whose
+    returned ``episode`` is none of the chunk's input episodes has no parent: -1, source id -1."""
+    unknown = np.full(len(ends), -1, np.int64)
     if by_step:
-        parent = np.asarray(batch["episode"])[ends]
-    elif episode_out is not None and len(np.asarray(episode_out)) > int(ends[-1]):
-        parent = np.asarray(episode_out).reshape(-1)[ends].astype(np.int64)
+        parent = np.asarray(batch["episode"])[ends].astype(np.int64)
+    elif episode_out is not None and len(np.asarray(episode_out).reshape(-1)) > int(ends[-1]):
+        returned = np.asarray(episode_out).reshape(-1)[ends]
+        if returned.dtype.kind not in "iu":
+            return unknown, unknown, np.ones(len(ends), bool)
+        parent = np.where(np.isin(returned, batch["episode"]), returned, -1).astype(np.int64)
     else:
-        return np.full(len(ends), -1, np.int64), np.ones(len(ends), bool)
-    parent = np.clip(parent, 0, ds.num_episodes - 1)
-    index = ds.episode_index
-    return index["source_id"][parent].astype(np.int64), index["final_known"][parent].astype(bool)
+        return unknown, unknown, np.ones(len(ends), bool)
+    index, has = ds.episode_index, parent >= 0
+    ids = np.where(has, index["source_id"][np.where(has, parent, 0)], -1).astype(np.int64)
+    known = np.where(has, index["final_known"][np.where(has, parent, 0)], True).astype(bool)
+    return parent, ids, known
 
 
 def _write_direct(
@@ -287,19 +299,19 @@ def _write_file(
     arrays: Mapping[str, np.ndarray],
     expected: schema.Schema,
     ends: np.ndarray,
-    ids: np.ndarray,
-    known: np.ndarray,
+    facts: Mapping[str, np.ndarray],
     fsync: bool,
     job_url: str | None = None,
 ) -> None:
-    """The chunk as a block for the coordinator: flat keys with their final rows inserted."""
+    """The chunk as a block for the coordinator: flat keys with their final rows inserted, and the
+    episodes' ``facts`` (``parents``, ``ids``, ``known``: see :func:`_episode_facts`)."""
     keys = sorted(expected)
     cols = {
         f"c{j}": (schema.to_flat(k, arrays, ends) if expected[k].storage == "flat" else arrays[k])
         for j, k in enumerate(keys)
     }
     meta = np.asarray(json.dumps({"keys": keys, "rows": len(arrays["action"])}))
-    _write_npz(path, {"meta": meta, "ends": ends, "ids": ids, "known": known, **cols}, fsync, job_url)
+    _write_npz(path, {"meta": meta, "ends": ends, **facts, **cols}, fsync, job_url)
 
 
 def _write_npz(path: Path, arrays: Mapping[str, np.ndarray], fsync: bool, job_url: str | None = None) -> None:

@@ -359,19 +359,30 @@ def test_instructions_that_are_not_utf8_stay_distinct(isolated_cache: Path, tmp_
     assert step_texts(ds) == ["caf\\xe9"] * a + ["caf\\xe8"] * b
 
 
-def test_preprocess_by_episode_keeps_per_episode_texts_only_one_for_one(
-    isolated_cache: Path, tmp_path: Path
-) -> None:
-    """A function run per episode may drop one episode and split another (the count kept, the
-    order not): the texts are copied only where the output's source ids are the parent's."""
-    from rlds_cli.preprocess.output import copy_source_arrays
-
+def test_preprocess_by_episode_keeps_each_episodes_own_texts(isolated_cache: Path) -> None:
+    """A function run per episode that dropped an episode (docs' filtering pattern), or any run of
+    a merge whose parts share source ids (two recordings numbered demo_1..), lost every per-episode
+    text and fact: they were kept only where the output's source ids were the input's first ones.
+    Each output episode now takes its own parent's, through the returned ``episode`` column."""
     convert(ROBOCASA, "rc")
     rc = open_dataset("rc")
-    args = ["preprocess", "rc", "--fn", "tests.preprocess_fns:identity", "--by", "episode", "--workers", "1"]
-    assert runner.invoke(app, [*args, "--name", "rc_e"]).exit_code == 0
-    assert open_dataset("rc_e").episode_texts("robomimic/lang") == rc.episode_texts("robomimic/lang")
-    own = rc.episode_index["source_id"].astype(np.int64)
-    assert copy_source_arrays(tmp_path, rc, own, one_for_one=False) is not None
-    assert copy_source_arrays(tmp_path, rc, own[::-1].copy(), one_for_one=False) is None
-    assert copy_source_arrays(tmp_path, rc, np.full(len(own), -1), one_for_one=False) is None
+    texts = rc.episode_texts("robomimic/lang")
+    convert(ROBOCASA, "rc2")  # a second recording, its demos numbered as the first's
+    assert runner.invoke(app, ["merge", "rc", "rc2", "--name", "twice"]).exit_code == 0
+
+    def run(source: str, fn: str, name: str) -> Dataset:
+        args = ["preprocess", source, "--fn", f"tests.preprocess_fns:{fn}", "--by", "episode"]
+        result = runner.invoke(app, [*args, "--workers", "1", "--name", name])
+        assert result.exit_code == 0, result.output
+        return open_dataset(name)
+
+    assert run("rc", "identity", "rc_e").episode_texts("robomimic/lang") == texts
+    dropped = run("rc", "drop_first_episode", "rc_drop")
+    assert dropped.num_episodes == rc.num_episodes - 1
+    assert dropped.episode_texts("robomimic/lang") == texts[1:]
+    assert dropped.episode_metadata(0) == rc.episode_metadata(1)
+    both = run("twice", "identity", "twice_e")
+    assert both.episode_texts("robomimic/lang") == texts + texts
+    assert both.episode_metadata(len(texts)) == rc.episode_metadata(0)
+    # an episode column naming no input episode: no parent, so no facts (not another episode's)
+    assert run("rc", "renumbers_episodes", "rc_r").episode_source_arrays() == {}
