@@ -33,7 +33,13 @@ from rlds_cli.cache.composed import ComposedDataset, Part, parts_of
 from rlds_cli.cache.dataset import Dataset, Instructions
 from rlds_cli.cache.episodes import write_index
 from rlds_cli.cache.growing import fixed_copy_hint
-from rlds_cli.cache.layout import COMPOSED_LAYOUT, SEGMENTED_LAYOUT, VIEW_LAYOUT, validate_name
+from rlds_cli.cache.layout import (
+    COMPOSED_LAYOUT,
+    SEGMENTED_LAYOUT,
+    VIEW_LAYOUT,
+    text_blob_name,
+    validate_name,
+)
 from rlds_cli.cache.manifest import FieldSpec, Manifest
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
@@ -44,6 +50,7 @@ from rlds_cli.errors import CorruptDatasetError, InvalidSelectionError, SchemaMi
 __all__ = [
     "composed_selection",
     "copied_metadata",
+    "copied_source_arrays",
     "copied_step_column",
     "downsample_dataset",
     "merge_datasets",
@@ -439,7 +446,7 @@ def downsample_dataset(
                 }
             ],
             card=_downsampled_card(source, every),
-            source_arrays=source.episode_source_arrays(),  # every episode kept, in order
+            source_arrays=copied_source_arrays(source),  # every episode kept, in order
         )
 
 
@@ -454,6 +461,32 @@ def copied_metadata(source: Dataset) -> tuple[dict[str, Any], Instructions | Non
     if found is None or found.step_key is None:
         return meta, None
     return {"rlds": {"text": {found.step_key: list(found.texts)}}}, found
+
+
+def copied_source_arrays(source: Dataset) -> dict[str, np.ndarray]:
+    """The per-episode source arrays of a copy of ``source``'s episodes, in its episode order: its
+    own (:meth:`~rlds_cli.cache.dataset.Dataset.episode_source_arrays`), and, for a merge whose
+    per-episode instructions come from its parents' metadata (LIBERO's ``problem_info``: a merge
+    keeps no metadata, see :func:`copied_metadata`), those instructions as RoboCasa's are kept,
+    ``robomimic/episode_lang`` (an episode of a parent without any: none)."""
+    arrays = dict(source.episode_source_arrays())
+    if not isinstance(source, ComposedDataset) or source.source_metadata or LANG_RANGES in arrays:
+        return arrays
+    found = source.instructions
+    if found is None or found.step_key is not None or found.episode_task is None:
+        return arrays
+    encoded = [text.encode("utf-8") for text in found.texts]
+    ends = np.cumsum([len(raw) for raw in encoded], dtype=np.int64)
+    spans = np.stack([ends - [len(raw) for raw in encoded], ends], axis=1)
+    spans[[not text for text in found.texts]] = -1  # "" stands for a parent without instructions
+    arrays[LANG_RANGES] = spans[np.asarray(found.episode_task, np.int64)].reshape(-1, 2)
+    arrays[text_blob_name(LANG_RANGES)] = np.frombuffer(b"".join(encoded), np.uint8)
+    return arrays
+
+
+#: RoboCasa's per-episode instruction (byte ranges into its text blob), read by
+#: :attr:`~rlds_cli.cache.dataset.Dataset.instructions`.
+LANG_RANGES = "robomimic/episode_lang"
 
 
 def _downsampled_card(source: Dataset, every: int) -> dict[str, Any]:

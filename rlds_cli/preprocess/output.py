@@ -14,6 +14,7 @@ import numpy as np
 
 from rlds_cli.cache.backends import ColumnWriter, get_backend
 from rlds_cli.cache.backends.memmap import save_npz
+from rlds_cli.cache.compose import copied_source_arrays
 from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.layout import JOB_OUTPUT_DIR, SOURCE_ARRAYS_FILE, is_episode_array
 from rlds_cli.errors import CorruptDatasetError, DiskFullError, PreprocessError
@@ -145,7 +146,7 @@ def copy_source_arrays(out: Path, src: Dataset, parents: np.ndarray) -> Path | N
     left out, a split one's parts each have its facts); returns the file, or ``None`` where
     ``src`` has none or an output episode has no parent (-1: the function did not keep the
     ``episode`` column, or changed it)."""
-    arrays = src.episode_source_arrays()
+    arrays = copied_source_arrays(src)
     if not arrays or not len(parents) or parents.min() < 0 or parents.max() >= src.num_episodes:
         return None
     path = out / SOURCE_ARRAYS_FILE

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import h5py
@@ -386,3 +387,35 @@ def test_preprocess_by_episode_keeps_each_episodes_own_texts(isolated_cache: Pat
     assert both.episode_metadata(len(texts)) == rc.episode_metadata(0)
     # an episode column naming no input episode: no parent, so no facts (not another episode's)
     assert run("rc", "renumbers_episodes", "rc_r").episode_source_arrays() == {}
+
+
+def test_copies_of_a_merge_of_libero_files_keep_each_episodes_instruction(
+    isolated_cache: Path, tmp_path: Path
+) -> None:
+    """LIBERO keeps one instruction per file, in its metadata, which a merge of two files has none
+    of: a preprocess or downsample of the merge lost every instruction (the merge had them)."""
+    other = tmp_path / "libero_other.hdf5"
+    shutil.copy(LIBERO, other)
+    with h5py.File(other, "r+") as f:
+        info = json.loads(f["data"].attrs["problem_info"])
+        info["language_instruction"] = "close the top drawer"
+        f["data"].attrs["problem_info"] = json.dumps(info)
+    convert(LIBERO, "lib1")
+    convert(other, "lib2")
+    assert runner.invoke(app, ["merge", "lib1", "lib2", "--name", "m"]).exit_code == 0
+    found = open_dataset("m").instructions
+    assert found is not None and found.episode_task is not None
+    want = [found.texts[t] for t in found.episode_task]
+    assert set(want) == {"close the top drawer", open_dataset("lib1").instructions.texts[0]}  # type: ignore[union-attr]
+    fn = ["--fn", "tests.preprocess_fns:identity", "--workers", "1"]
+    for args in (
+        ["preprocess", "m", *fn, "--name", "m-pp"],
+        ["preprocess", "m", *fn, "--by", "episode", "--name", "m-pp-ep"],
+        ["downsample", "m", "--every", "2", "--name", "m-ds"],
+    ):
+        assert runner.invoke(app, args).exit_code == 0, args
+        copy = open_dataset(args[-1])
+        got = copy.instructions
+        assert got is not None and got.episode_task is not None, args
+        assert [got.texts[t] for t in got.episode_task] == want, args
+        assert runner.invoke(app, ["inspect", args[-1], "--check"]).exit_code == 0, args
