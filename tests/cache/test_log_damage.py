@@ -369,6 +369,26 @@ def test_compaction_reports_damage_in_a_segment_it_does_not_merge(isolated_cache
     assert _segments(directory) == before
 
 
+@pytest.mark.parametrize("cut", ["to_10_bytes", "by_one_byte", "with_a_byte_more"])
+def test_a_zarr_shard_cut_short_is_not_a_file_at_its_full_size(isolated_cache: Path, cut: str) -> None:
+    """A zarr segment's shard cut short of its own index (or grown) passed 'files complete' (its
+    file was there), so compact exited 0 and removed retired segments beside the damage."""
+    root = isolated_cache
+    directory = _grow(root, uids=(1, 2, 3), storage="zarr")
+    rlds_cli.compact("g", root, grace_seconds=3600)  # one final segment; the merged ones kept
+    (live,) = rlds_cli.open_dataset("g", root).live_segments()
+    shard = directory / SEGMENTS_DIR / seg_name(live[0].seg) / "arrays" / "observation" / "c" / "0" / "0"
+    data = shard.read_bytes()
+    damaged = {"to_10_bytes": data[:10], "by_one_byte": data[:-1], "with_a_byte_more": data + b"x"}
+    shard.write_bytes(damaged[cut])
+    before = _segments(directory)
+    result = runner.invoke(app, ["verify", "g", "--root", str(root)])
+    assert result.exit_code == 1 and "fail    files complete" in result.output, result.output
+    result = runner.invoke(app, ["compact", "g", "--root", str(root), "--grace", "0"])
+    assert result.exit_code == 1 and "then stopped: segment" in result.output, result.output
+    assert _segments(directory) == before
+
+
 def test_segments_retired_under_a_check_are_no_damage(isolated_cache: Path) -> None:
     """``inspect --check`` and ``verify`` beside a writer that evicts with a short grace: the
     segments of the checked view lost their files mid-check, reported as missing files or a

@@ -229,6 +229,20 @@ class _ShardIndex:
             raise ValueError(f"the index of shard {self._path(s)} points past its end")
         return index
 
+    def shard_problem(self, s: int) -> str | None:
+        """What is wrong with shard ``s``'s file: shorter than its index, an index failing its
+        checksum or pointing past the file's end; ``None`` when it is sound, or absent, or the
+        array has no shards (what a check of the files reads, without decoding a chunk)."""
+        if not self.per_shard:
+            return None
+        try:
+            self._shard(s)
+        except MissingChunkError:
+            return None  # absent: the caller counts files
+        except (ValueError, CorruptDatasetError) as exc:
+            return str(exc)
+        return None
+
     def _shard(self, s: int) -> tuple[memoryview | None, int, list[list[int]]] | None:
         """Shard ``s``'s bytes (mapped; ``None`` for a ranged source), their address, and its
         index, ``[offset, length]`` per chunk; ``None`` when its file is absent."""

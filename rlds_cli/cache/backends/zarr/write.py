@@ -451,10 +451,14 @@ class ZarrBackend(Backend):
             if problem is not None:
                 return problem
         base = key_path(dataset_dir, key, "") / "c"
+        reader = ChunkReader.of(array, dataset_dir / ARRAYS_DIR / key, strict=True)
 
         def missing(index: tuple[int, ...]) -> str | None:
             path = base.joinpath(*(str(i) for i in index)) if index else base
-            return None if path.is_file() else f"zarr chunk {path} is missing"
+            if not path.is_file():
+                return f"zarr chunk {path} is missing"
+            # a shard cut short (or its index damaged) is no file at its full size
+            return reader.shard_problem(index[0]) if reader is not None and index else None
 
         return check_zarr_grid(array, key, rows, row_shape, missing)
 
