@@ -201,6 +201,10 @@ def empty_episodes() -> Episodes:
     return ep
 
 
+#: Views made of a log read again when a segment was removed while one was made (a refresh).
+REBUILD_ATTEMPTS = 5
+
+
 class GrowingDataset(Dataset):
     """A growing dataset as of one commit-log position (see the module docstring).
 
@@ -234,7 +238,8 @@ class GrowingDataset(Dataset):
         self._state = load_state(self.directory, until=position)
         if position is None:
             self._check_no_lost_records()
-        self._rebuild()
+        self._behind = False
+        self._rebuild_following(follow=position is None)
         self._check_not_replaced()
 
     def _check_no_lost_records(self) -> None:
@@ -294,10 +299,33 @@ class GrowingDataset(Dataset):
         changed = self._state.follow(self.directory / COMMIT_LOG_FILE) != 0
         if seen is not None and seen[0] == self._state.position:
             self._log_seen = seen  # the same file, read to that size: the next stat says enough
-        if not changed:
+        if not changed and not self._behind:
             return False
-        self._rebuild()
+        self._rebuild_following(follow=True)
         return True
+
+    def _rebuild_following(self, *, follow: bool) -> None:
+        """Make the view of the log read so far; where one of its segments was removed meanwhile
+        (a writer's eviction or merge with ``grace_seconds=0`` removes at once), read the log
+        again and make the view of that (``follow``; :data:`REBUILD_ATTEMPTS` at most).
+
+        Raises:
+            DatasetReplacedError: Every attempt lost a segment (the view is made again at the
+                next :meth:`refresh`).
+        """
+        for attempt in range(REBUILD_ATTEMPTS):
+            self._behind = True
+            try:
+                self._rebuild()
+            except DatasetReplacedError:
+                self._part_ids: list[bytes] = []  # the failed build left the incremental state part-made
+                if not follow or attempt + 1 == REBUILD_ATTEMPTS:
+                    raise
+                self._state.follow(self.directory / COMMIT_LOG_FILE)
+                self._log_seen = None
+                continue
+            self._behind = False
+            return
 
     #: Each live episode's number in the log (int64, increasing), the same in every view
     #: (:attr:`~rlds_cli.cache.commit_log.SegmentEntry.ordinal`).
@@ -349,7 +377,8 @@ class GrowingDataset(Dataset):
         return DatasetReplacedError(
             f"segment {seg_name(seg)} of growing dataset {self.head.name!r} was removed "
             "(evicted or compacted) after this reader's view was taken",
-            hint="call refresh() more often than the dataset's grace_seconds",
+            hint="run the command again; a reader in Python: call refresh() more often than the "
+            f"dataset's grace_seconds ({self.settings.get('grace_seconds')})",
         )
 
     def live_segments(self) -> list[tuple[SegmentEntry, int]]:

@@ -153,14 +153,16 @@ def _counts(cache: CacheRoot, m: Any) -> tuple[int, int, str | None]:
         return m.num_steps, m.num_episodes, None
     from rlds_cli.cache.growing import GrowingDataset
     from rlds_cli.cache.log_checkpoint import verify_log
-    from rlds_cli.errors import CacheError
+    from rlds_cli.errors import CacheError, DatasetReplacedError
 
     try:
         # the whole log, not only what a reader replays from its checkpoint: damage anywhere
         # marks the row (0.3 s at 100,000 commits)
         verify_log(cache.dataset_dir(m.name))
         ds = GrowingDataset(cache.dataset_dir(m.name), m)
-    except CacheError as exc:  # damaged, or replaced while listed
+    except DatasetReplacedError:  # its segments removed faster than a view is made: no damage
+        return m.num_steps, m.num_episodes, None
+    except CacheError as exc:  # damaged
         return m.num_steps, m.num_episodes, exc.message
     return ds.num_steps, ds.num_episodes, None
 

@@ -409,20 +409,26 @@ def _compact_locked(ds: GrowingDataset, grace_seconds: float | None) -> CompactR
             hint=commit_log.damage_hint(ds.directory),
         )
     before = len(ds.live_segments())
-    runs = _runs(ds)
-    for run in runs:
-        merge_run(ds, run, generation=FINAL_GENERATION, fsync=fsync)
+    merged = 0
+    for _ in range(MERGE_ATTEMPTS):
+        try:
+            for run in _runs(ds):
+                merge_run(ds, run, generation=FINAL_GENERATION, fsync=fsync)
+                merged += 1
+            break
+        except DatasetReplacedError:  # a writer evicted an input and removed it (grace 0): plan again
+            ds.refresh()
     ds.refresh()
     problem = _live_damage(ds)
     if problem is not None:  # the segments merged above were checked; nothing is removed
         raise CorruptDatasetError(
-            f"compaction of {ds.name!r} merged {len(runs)} run(s), then stopped: {problem}",
+            f"compaction of {ds.name!r} merged {merged} run(s), then stopped: {problem}",
             hint=commit_log.segment_damage_hint(ds.name),
         )
     grace = ds.settings["grace_seconds"] if grace_seconds is None else grace_seconds
     removed = collect(ds.directory, ds.state, grace, builds=True, unreferenced=True)
     return CompactReport(
-        ds.name, before, len(ds.live_segments()), len(runs), ds.num_episodes, ds.num_steps, removed
+        ds.name, before, len(ds.live_segments()), merged, ds.num_episodes, ds.num_steps, removed
     )
 
 

@@ -227,14 +227,27 @@ def _evicting_writer(root: str, first: int) -> None:
 def test_writers_evicting_with_no_grace_never_fail_each_other(isolated_cache: Path) -> None:
     """grace_seconds=0: a segment one writer's view held was evicted and removed by another while
     it read it, and CommitFailedError (a missing episodes.npy, a merge input called damaged)
-    reached the user's flush() within a second."""
+    reached the user's flush() within a second. Beside them, an open or a refresh of a view met a
+    segment removed between its read of the log and of the segment: DatasetReplacedError, 'rlds
+    list' called the dataset damaged, and 'rlds compact' failed on an input evicted under it."""
+    from rlds_cli.inspection.listing import list_datasets
+
     add(None, range(1), capacity_episodes=12, grace_seconds=0)
     ctx = mp.get_context("fork")
     procs = [ctx.Process(target=_evicting_writer, args=(str(isolated_cache), f)) for f in (100, 200, 300)]
     for p in procs:
         p.start()
+    views = 0
+    while any(p.is_alive() for p in procs):
+        ds = rlds_cli.open_dataset("m")
+        ds.refresh()
+        (row,) = list_datasets()
+        assert row.damaged is None, row
+        rlds_cli.compact("m", grace_seconds=0)  # its inputs evicted under it: it plans again
+        views += 1
     for p in procs:
         p.join(300)
+    assert views > 3
     assert [p.exitcode for p in procs] == [0, 0, 0]
     got = uids()  # whole, each the episode written, and within the capacity
     assert len(got) <= 12 and set(got) <= {0, *range(100, 160), *range(200, 260), *range(300, 360)}
