@@ -631,6 +631,29 @@ def test_truncated_npy_raises_corrupt(tmp_path: Path) -> None:
     np.testing.assert_array_equal(open_dataset("cut").gather([1], keys=["action"])["action"], [[0.5]])
 
 
+@pytest.mark.parametrize("header", ["numpy", "long"])
+def test_a_header_byte_that_parses_to_the_same_array_is_still_damage(tmp_path: Path, header: str) -> None:
+    """The format's minor version byte (\\x00 -> \\xff) or the dtype's byte order ('<f4' ->
+    '=f4', one bit) changed a file, which read the same and passed check and verify."""
+    from rlds_cli.cache.backends.memmap import load_npy
+
+    path = tmp_path / "a.npy"
+    values = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.save(path, values)
+    if header == "long":  # a header numpy's own parser reads (not rlds' plain form)
+        with path.open("wb") as fh:
+            np.lib.format.write_array(fh, values, version=(2, 0))
+    data = path.read_bytes()
+    np.testing.assert_array_equal(load_npy(path, mmap=False), values)
+    at = data.index(b"'<f4'") + 1
+    for offset, mask in ((7, 0xFF), (at, 0x01)):
+        damaged = bytearray(data)
+        damaged[offset] ^= mask
+        path.write_bytes(bytes(damaged))
+        with pytest.raises(CorruptDatasetError, match="header is damaged"):
+            load_npy(path, mmap=True)
+
+
 def test_array_not_matching_manifest_raises_corrupt(tmp_path: Path, backend: str) -> None:
     source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=True)
     convert(source, "wrong", backend=backend)

@@ -73,14 +73,23 @@ def _plain_header(fh: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype] | Non
     shape = tuple(int(d) for d in match[3].split(b",") if d.strip())
     descr = match[1]
     if descr.startswith(b"'"):
-        return shape, match[2] == b"True", np.dtype(descr[1:-1].decode())
+        return shape, match[2] == b"True", _written_as(descr[1:-1].decode())
     dtype = _FIELD_DTYPES.get(descr)
     if dtype is None:
         fields = re.findall(rb"\('([a-z_]+)', '([^']+)'\)", descr)
-        dtype = np.dtype([(name.decode(), code.decode()) for name, code in fields])
+        dtype = np.dtype([(name.decode(), _written_as(code.decode())) for name, code in fields])
         if len(_FIELD_DTYPES) < 64:
             _FIELD_DTYPES[descr] = dtype
     return shape, match[2] == b"True", dtype
+
+
+def _written_as(code: str) -> np.dtype:
+    """The dtype of type code ``code`` as numpy writes one (``<f4``, ``|u1``): another spelling
+    of the same type (``=f4``) is no header numpy wrote, so a changed byte (``ValueError``)."""
+    dtype = np.dtype(code)
+    if dtype.str != code:
+        raise ValueError(f"its type code {code!r} is not as numpy writes it ({dtype.str!r})")
+    return dtype
 
 
 def _checked_header(fh: IO[bytes], path: Path, what: str) -> tuple[tuple[int, ...], np.dtype, int]:
@@ -93,9 +102,12 @@ def _checked_header(fh: IO[bytes], path: Path, what: str) -> tuple[tuple[int, ..
             shape, fortran, dtype = fast
         else:
             fh.seek(0)
-            major, _ = fmt.read_magic(fh)
-            read_header = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
+            version = fmt.read_magic(fh)
+            if version not in ((1, 0), (2, 0), (3, 0)):  # the versions numpy writes
+                raise ValueError(f"format version {version[0]}.{version[1]} is none numpy writes")
+            read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
             shape, fortran, dtype = read_header(fh)
+            _same_descr(fh, version, dtype)
     except _HEADER_ERRORS as exc:
         detail = "pickled objects" if "pickle" in str(exc) else str(exc).split("\n")[0]
         raise CorruptDatasetError(f"{what} {path} is unreadable: its header is damaged ({detail})") from exc
@@ -113,6 +125,24 @@ def _checked_header(fh: IO[bytes], path: Path, what: str) -> tuple[tuple[int, ..
             f"{shape} {dtype} its header promises"
         )
     return tuple(shape), dtype, offset
+
+
+def _same_descr(fh: IO[bytes], version: tuple[int, int], dtype: np.dtype) -> None:
+    """Refuse (``ValueError``) a header whose ``descr`` is not what numpy writes for ``dtype``
+    (``'=f4'`` for ``'<f4'``: one bit changed, the same array read); ``fh`` is left where it was."""
+    import ast
+
+    at = fh.tell()
+    try:
+        fh.seek(8)
+        width = 2 if version == (1, 0) else 4
+        text = fh.read(int.from_bytes(fh.read(width), "little"))
+        header = ast.literal_eval(text.decode("utf-8" if version == (3, 0) else "latin1"))
+    finally:
+        fh.seek(at)
+    written = header.get("descr") if isinstance(header, dict) else None
+    if written != np.lib.format.dtype_to_descr(dtype):
+        raise ValueError(f"its dtype {written!r} is not as numpy writes it")
 
 
 def load_npy(path: Path, *, mmap: bool, what: str = "array file") -> np.ndarray:
