@@ -10,6 +10,7 @@ import datetime as _dt
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -276,13 +277,29 @@ def read_manifest(directory: Path) -> Manifest:
     except (OSError, ValueError) as exc:
         raise CorruptDatasetError(f"cannot read manifest {path}: {exc}") from exc
     manifest = parse_manifest(text, path)
-    if directory.parent.name == DATASETS_DIR and directory.name != manifest.name.replace("/", "--"):
+    named = manifest.name.replace("/", "--")
+    if (
+        directory.parent.name == DATASETS_DIR
+        and directory.name != named
+        and not _same_folder(directory, named)
+    ):
         # a manifest copied from another dataset: its settings (a capacity) would act on these files
         raise CorruptDatasetError(
             f"manifest {path} names dataset {manifest.name!r}, not the one of its folder",
             hint=damage_hint(directory.name.replace("--", "/")),
         )
     return manifest
+
+
+def _same_folder(directory: Path, name: str) -> bool:
+    """Whether ``name`` beside ``directory`` is ``directory`` itself: its own name, or another
+    spelling on a case-insensitive file system (``open_dataset("Foo")`` of the dataset ``foo``)."""
+    if directory.name == name:
+        return True
+    try:
+        return os.path.samefile(directory, directory.parent / name)
+    except OSError:
+        return False
 
 
 def manifest_json(text: str | bytes, path: Path | str) -> dict[str, Any]:

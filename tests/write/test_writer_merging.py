@@ -163,6 +163,23 @@ def test_a_head_manifest_copied_from_another_dataset_is_damage(isolated_cache: P
         add(None, range(5, 6))
 
 
+def test_a_folder_reached_by_another_spelling_of_its_name_is_its_own(isolated_cache: Path) -> None:
+    """On a case-insensitive file system (macOS), open_dataset("M") of the dataset "m" reached
+    its folder and was called damaged: its manifest names "m". (A link stands for such a name.)"""
+    from rlds_cli.cache.manifest import read_manifest
+
+    add(None, range(2))
+    folder = rlds_cli.open_dataset("m").directory
+    spelled = folder.with_name("M")
+    spelled.symlink_to(folder.name)
+    assert read_manifest(spelled).name == "m"
+    other = folder.with_name("n")
+    other.mkdir()
+    shutil.copy(folder / "manifest.json", other / "manifest.json")
+    with pytest.raises(rlds_cli.errors.CorruptDatasetError, match="names dataset 'm', not the one"):
+        read_manifest(other)
+
+
 def test_a_merged_segment_stays_under_its_share_of_the_capacity(isolated_cache: Path, fanin4: None) -> None:
     # episodes of 1-4 steps (10 every 4); capacity 80 steps: a merge holds at most 10 of them
     add(None, range(40), capacity=80)
