@@ -658,10 +658,7 @@ def finish(
             f"job {job.job_id}: chunks {missing[:5]} have no result on disk; nothing was published",
             hint="run the same command again with --resume: only the missing chunks are computed",
         )
-    summaries = [read_npz(summary_path(job_dir, i)) for i in range(plan.num_chunks)]
-    check_boundaries(job, summaries, inferred)
-    rows_in = sum(int(meta["rows_in"]) for meta, _ in summaries)
-    rows_out = sum(int(meta["rows_out"]) for meta, _ in summaries)
+    rows_in, rows_out, partials = read_summaries(job, job_dir, inferred)
     if rows_in != plan.limit:
         raise PreprocessError(f"job {job.job_id}: its chunks read {rows_in} steps, expected {plan.limit}")
     out = job_dir / JOB_OUTPUT_DIR
@@ -708,7 +705,7 @@ def finish(
         },
         conversion={"rules": f"preprocess by {plan.by}", "source_rows": plan.limit, "notes": []},
         lineage=[job.lineage],
-        stats=merge_stats(summaries, inferred) if job.stats else {},
+        stats=finalize_stats(partials, inferred) if job.stats else {},
         content_digest=content,
         card=dataset_card(job.src),  # the data's licence and citation hold for what is made of it
     )
@@ -723,33 +720,53 @@ def finish(
     return manifest
 
 
-def check_boundaries(job: Job, summaries: list[Any], inferred: schema.Schema) -> None:
-    """Across chunk boundaries inside an episode: ``next/K`` of a chunk's last step must be
-    ``K`` of the next chunk's first step."""
+def read_summaries(
+    job: Job, job_dir: Path, inferred: schema.Schema
+) -> tuple[int, int, dict[str, stats.Partial]]:
+    """One pass over the chunks' summaries, in chunk order, one held at a time (a job of many
+    chunks held every chunk's quantile sketches at once): the steps read and written, and each
+    key's partial statistics merged.
+
+    Raises:
+        OutputSchemaError: Across a chunk boundary inside an episode, ``next/K`` of a chunk's last
+            step is not ``K`` of the next chunk's first step.
+    """
     flat = [k for k, s in inferred.items() if s.storage == "flat"]
-    for i in range(len(summaries) - 1):
-        meta, arrays = summaries[i]
-        if meta["ends_done"] or not meta["rows_out"]:
-            continue
-        nxt = summaries[i + 1][1]
-        for key in flat:
-            if schema.row_bytes(arrays[f"last/{key}"]) != schema.row_bytes(nxt[f"first/{key}"]):
-                step = int(job.plan.bounds[i + 1])
-                raise OutputSchemaError(
-                    f"function {job.ref}, chunks {i} and {i + 1}: next/{key} at step {step - 1} differs "
-                    f"from {key} at step {step} inside one episode, so they cannot be stored once (flat)",
-                    hint=f"return the same transform for {key} and next/{key} (a function of the step alone)",
-                )
-
-
-def merge_stats(summaries: list[Any], inferred: schema.Schema) -> dict[str, Any]:
-    """The manifest's statistics: every chunk's partial statistics merged, per output key."""
-    keys: dict[str, Any] = {}
-    for key, spec in inferred.items():
-        merged = None
-        for _, arrays in summaries:
+    rows_in = rows_out = 0
+    partials: dict[str, stats.Partial] = {}
+    last: dict[str, np.ndarray] | None = None  # the previous chunk's, when it ended inside an episode
+    for i in range(job.plan.num_chunks):
+        meta, arrays = read_npz(summary_path(job_dir, i))
+        rows_in, rows_out = rows_in + int(meta["rows_in"]), rows_out + int(meta["rows_out"])
+        if last is not None:
+            _check_boundary(job, i, last, arrays)
+        ended = meta["ends_done"] or not meta["rows_out"]
+        last = None if ended else {key: arrays[f"last/{key}"] for key in flat}
+        for key in inferred:
             if f"stats/{key}/count" in arrays:
-                merged = stats.merge(merged, stats.Partial.from_arrays(arrays, f"stats/{key}/"))
-        if merged is not None:
-            keys[key] = stats.finalize(merged, spec.shape)
+                merged = stats.merge(partials.get(key), stats.Partial.from_arrays(arrays, f"stats/{key}/"))
+                if merged is not None:
+                    partials[key] = merged
+    return rows_in, rows_out, partials
+
+
+def _check_boundary(job: Job, i: int, last: dict[str, np.ndarray], arrays: dict[str, np.ndarray]) -> None:
+    """Chunk ``i`` (its summary's ``arrays``) begins inside the episode chunk ``i - 1`` ended in
+    (that chunk's last ``next/K`` rows, ``last``): each ``K`` of its first step must be one."""
+    for key, row in last.items():
+        first = arrays.get(f"first/{key}")
+        if first is not None and schema.row_bytes(row) != schema.row_bytes(first):
+            step = int(job.plan.bounds[i])
+            raise OutputSchemaError(
+                f"function {job.ref}, chunks {i - 1} and {i}: next/{key} at step {step - 1} differs "
+                f"from {key} at step {step} inside one episode, so they cannot be stored once (flat)",
+                hint=f"return the same transform for {key} and next/{key} (a function of the step alone)",
+            )
+
+
+def finalize_stats(partials: dict[str, stats.Partial], inferred: schema.Schema) -> dict[str, Any]:
+    """The manifest's statistics: each output key's merged partial statistics (in chunk order)."""
+    keys = {
+        key: stats.finalize(partials[key], spec.shape) for key, spec in inferred.items() if key in partials
+    }
     return {"method": stats.METHOD, "quantile_rank_error": 1 / (len(stats.GRID) - 1), "keys": keys}
