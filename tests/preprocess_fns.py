@@ -232,3 +232,20 @@ def wide_feature(batch: Any) -> Any:
     n = len(batch["index"])
     feat = np.arange(256, dtype=np.float32) + np.asarray(batch["index"], np.float32).reshape(n, 1)
     return {**batch, "feat": feat}
+
+
+def pair_mismatch_later(batch: Any) -> Any:
+    """From step 40 on, ``next/observation`` is float64 while ``observation`` stays float32."""
+    out = dict(batch)
+    if batch["index"][0] >= 40:
+        out["next/observation"] = np.asarray(batch["next/observation"], np.float64)
+    return out
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str fails")
+
+
+def raises_unprintable(batch: Any) -> Any:
+    raise _Unprintable()

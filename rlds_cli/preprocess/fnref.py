@@ -478,6 +478,14 @@ def call_user(fn: Callable[..., Any], batch: Any, where: str) -> Any:
         ) from None
     except Exception as exc:
         raise UserFunctionError(
-            f"{where}: the function raised {type(exc).__name__}: {exc}",
+            f"{where}: the function raised {type(exc).__name__}: {_printable(exc)}",
             user_traceback=user_traceback(exc, skip=1),
         ) from None
+
+
+def _printable(exc: BaseException) -> str:
+    """``str(exc)``, or what Python prints where that itself raises."""
+    try:
+        return str(exc)
+    except Exception:
+        return "<exception str() failed>"

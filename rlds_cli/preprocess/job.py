@@ -226,7 +226,7 @@ def infer(job: Job) -> tuple[schema.Schema, int, int]:
     where = f"function {job.ref}, schema inference on steps 0-{stop - 1}"
     out = fnref.call_user(fnref.get(job.fn), batch, where)
     arrays = schema.normalize(out, batch, where)
-    return schema.infer(arrays), stop, len(arrays["action"])
+    return schema.infer(arrays, where), stop, len(arrays["action"])
 
 
 logger = logging.getLogger(__name__)

@@ -133,8 +133,9 @@ def flat_keys(arrays: Mapping[str, Any]) -> list[str]:
     return sorted(k for k in arrays if not k.startswith("next/") and f"next/{k}" in arrays)
 
 
-def infer(arrays: Mapping[str, np.ndarray]) -> Schema:
-    """The stored fields of a normalized output chunk."""
+def infer(arrays: Mapping[str, np.ndarray], where: str) -> Schema:
+    """The stored fields of a normalized output chunk (``where``: the function and chunk, which
+    an error names)."""
     flat = set(flat_keys(arrays))
     schema: Schema = {}
     for key in sorted(arrays):
@@ -143,9 +144,10 @@ def infer(arrays: Mapping[str, np.ndarray]) -> Schema:
                 arrays[key].shape[1:] != arrays[key[5:]].shape[1:]
                 or arrays[key].dtype != arrays[key[5:]].dtype
             ):
+                this, that = arrays[key], arrays[key[5:]]
                 raise OutputSchemaError(
-                    f"{key!r} has shape {arrays[key].shape[1:]} {arrays[key].dtype} but {key[5:]!r} has "
-                    f"{arrays[key[5:]].shape[1:]} {arrays[key[5:]].dtype}; they must match"
+                    f"{where}: {key!r} has shape {this.shape[1:]} {this.dtype} but {key[5:]!r} has "
+                    f"{that.shape[1:]} {that.dtype}; they must match"
                 )
             continue
         arr = arrays[key]

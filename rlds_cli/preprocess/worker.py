@@ -151,7 +151,7 @@ def _run(spec: Mapping[str, Any], i: int, start: int, stop: int) -> dict[str, An
     episode_out = out.get("episode") if isinstance(out, Mapping) else None
     arrays = schema.normalize(out, batch, where)
     expected = schema.schema_from_json(spec["schema"])
-    schema.check_same(schema.infer(arrays), expected, where)
+    schema.check_same(schema.infer(arrays, where), expected, where)
     done = (arrays["next/terminated"] | arrays["next/truncated"]).reshape(-1)
     by_step = spec["by"] == "step"
     _check_structure(arrays, batch, done, by_step, where)

@@ -301,6 +301,20 @@ def test_user_exception_names_function_chunk_and_range(medium: str) -> None:
     assert "rlds_cli" not in tb  # only the user's frames
 
 
+def test_a_pair_of_another_dtype_in_a_later_chunk_names_the_function_and_chunk(medium: str) -> None:
+    with pytest.raises(
+        OutputSchemaError, match=rf"function {FNS}:pair_mismatch_later, chunk \d+ .*they must match"
+    ):
+        preprocess.run(medium, f"{FNS}:pair_mismatch_later", "out", workers=1, chunk_steps=10)
+
+
+def test_an_exception_that_cannot_be_printed_is_still_the_users(medium: str) -> None:
+    """Its ``__str__`` raising made the error rlds' own 'unexpected RuntimeError', traceback lost."""
+    with pytest.raises(UserFunctionError, match=r"raised _Unprintable: <exception str\(\) failed>") as info:
+        preprocess.run(medium, f"{FNS}:raises_unprintable", "out", workers=1)
+    assert "raise _Unprintable()" in info.value.user_traceback
+
+
 def test_error_in_schema_inference(golden: str) -> None:
     with pytest.raises(UserFunctionError, match="schema inference on steps 0-2"):
         preprocess.run(golden, f"{FNS}:always_raises", "out", by="episode")
