@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import traceback
@@ -35,7 +36,7 @@ from types import FrameType
 from typing import Any
 
 from rlds_cli._util.cpus import usable_cpus
-from rlds_cli.errors import PreprocessError
+from rlds_cli.errors import FunctionImportError, PreprocessError
 from rlds_cli.preprocess import fnref
 from rlds_cli.preprocess.executors import Executor, InlineExecutor, OnDone, Task
 from rlds_cli.preprocess.worker import forget, run_chunk
@@ -182,6 +183,7 @@ class LocalPool:
             InlineExecutor().run(spec, tasks, on_done)
             return
         self._job_sent = True
+        _check_sendable(spec)
         for conn in self._conns:
             with contextlib.suppress(OSError):  # a worker that died starting up is reported below
                 conn.send((dict(spec), tasks))
@@ -311,3 +313,16 @@ def stop_if_reimported() -> None:
     """In a worker re-importing the caller's script, exit with :data:`REIMPORTED_EXIT`; elsewhere, nothing."""
     if reimported():
         raise SystemExit(REIMPORTED_EXIT)
+
+
+def _check_sendable(spec: Mapping[str, Any]) -> None:
+    """Refuse a job whose function cannot travel to worker processes: pickle sends a function by
+    its module and name, which a lambda or a function defined inside another has none of."""
+    try:
+        pickle.dumps(spec["fn"])
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        raise FunctionImportError(
+            f"the function cannot be sent to worker processes ({type(exc).__name__}: {exc})",
+            hint="define it at the top level of a module (or pass it as 'module:function'), or run "
+            "with workers=1",
+        ) from None

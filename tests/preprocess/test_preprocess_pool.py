@@ -184,3 +184,13 @@ def test_no_process_is_left_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     assert again.reused and not first.reused
     assert len(terminated) == 1  # the unused worker was terminated, not awaited while it imports
     assert multiprocessing.active_children() == []
+
+
+def test_a_function_that_cannot_be_sent_to_workers_is_one_clear_error(isolated_cache: Path) -> None:
+    """A lambda with workers=2 raised a raw PicklingError from the pool's pipe."""
+    make_dataset("src", [10] * 4)
+    with pytest.raises(FunctionImportError, match="cannot be sent to worker processes") as info:
+        preprocess.run("src", lambda b: b, "out", workers=2, chunk_steps=10)
+    assert "workers=1" in (info.value.hint or "")
+    assert not (isolated_cache / "datasets" / "out").exists()
+    assert preprocess.run("src", lambda b: b, "out", workers=1, chunk_steps=10).manifest.num_steps == 40
