@@ -66,6 +66,11 @@ def _check_source_file(path: Path, ref: str) -> None:
 
 def _load_file_module(path: Path, ref: str) -> Any:
     _check_source_file(path, ref)
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        # last, as each worker puts it: the file's imports of modules beside the caller resolve
+        # the same in this process as in the job's workers
+        sys.path.append(cwd)
     return _module_from_source(path, str(path.resolve()), path.read_bytes(), ref)
 
 

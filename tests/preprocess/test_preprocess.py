@@ -592,6 +592,21 @@ def test_an_edit_of_a_helper_module_is_a_new_job(
     )
 
 
+def test_a_file_reference_imports_modules_beside_the_caller_as_its_workers_do(
+    golden: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'--fn myfn.py:f' run in the folder of myfn.py, whose file imports a module beside it, was
+    refused ('No module named ...') though the workers, which put the caller's folder on their
+    path, would have found it (the module form 'myfn:f' worked)."""
+    (tmp_path / "sibling_helper_for_rlds.py").write_text("SCALE = 2\n")
+    (tmp_path / "uses_sibling_for_rlds.py").write_text(
+        "import sibling_helper_for_rlds\n\ndef same(b):\n    return dict(b)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert preprocess.run(golden, "uses_sibling_for_rlds.py:same", "sib", workers=1).manifest.num_steps == 8
+
+
 def test_a_value_imported_by_name_from_a_helper_is_part_of_the_job(
     golden: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
