@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -469,6 +470,11 @@ def _output_url(out_name: str) -> str | None:
         return None
     url = out_name.rstrip("/")
     name = url.rsplit("/", 1)[-1]
+    if not urlsplit(url).path.strip("/"):  # s3://bucket: the bucket is no dataset's name
+        raise PreprocessError(
+            f"{out_name}: it names a bucket or host, not a dataset in it",
+            hint="end the URL with the new dataset's name, e.g. s3://bucket/prefix/NAME",
+        )
     try:
         validate_name(name)
     except InvalidNameError:

@@ -151,6 +151,9 @@ def test_errors_of_a_remote_job_are_one_line(tmp_path: Path) -> None:
     push("mm", "memory://b/mm")
     with pytest.raises(PreprocessError, match="its last part 'bad name' cannot be a dataset name"):
         preprocess.run("memory://b/src", f"{FNS}:identity", "memory://b/bad name", workers=1)
+    for bucket in ("memory://b", "memory://b/"):  # the bucket was taken for the name ('b')
+        with pytest.raises(PreprocessError, match="names a bucket or host, not a dataset in it"):
+            preprocess.run("memory://b/src", f"{FNS}:identity", bucket, workers=1)
     with pytest.raises(RemoteNotReadableError, match="is a memmap dataset"):
         preprocess.run("memory://b/mm", f"{FNS}:identity", "memory://b/out", workers=1)
     push("mm", "memory://b/taken")
