@@ -665,7 +665,7 @@ def test_memory_stays_bounded_under_an_address_space_cap(tmp_path: Path) -> None
     cursor = rows // 3
     decoded = _constant_checkpoint(logs, rows, add_count=2 * rows + cursor, frame=(84, 84))
     assert decoded > 1.4 * cap
-    env = {**os.environ, "RLDS_SOURCE_MAX_RATIO": "100000"}
+    env = {**os.environ, "RLDS_SOURCE_MAX_RATIO": "100000", "MALLOC_ARENA_MAX": "1"}  # see test_vd4rl
     out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(_CAPPED), str(logs), str(tmp_path / "home"), str(cap)],
         capture_output=True,

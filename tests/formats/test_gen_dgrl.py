@@ -485,6 +485,7 @@ def test_memory_is_bounded_by_a_trajectory_not_the_source(tmp_path: Path) -> Non
         "PYTHONPATH": str(REPO),
         "OMP_NUM_THREADS": "1",
         "OPENBLAS_NUM_THREADS": "1",
+        "MALLOC_ARENA_MAX": "1",  # a thread's own arena reserves 64 MB of the capped address space
         "RLDS_ARCHIVE_MAX_RATIO": "1000000",  # constant frames: a bomb by ratio, trusted here
     }
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)

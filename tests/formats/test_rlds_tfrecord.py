@@ -589,7 +589,7 @@ def test_conversion_streams_under_an_address_space_cap(tmp_path: Path) -> None:
     decoded = sum(ep.steps * 2 * ep.image[0].nbytes for ep in fx.episodes)
     cap = 448 << 20
     assert decoded > 1.3 * cap
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "1"}
     out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(_CONVERT_CAPPED), str(fx.root), str(cap)],
         capture_output=True,

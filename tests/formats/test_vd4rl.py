@@ -535,7 +535,7 @@ def test_sniff_claims_only_vd4rl(tmp_path: Path) -> None:
 _CAPPED = """
 import resource, sys
 from rlds_cli.sources.convert import convert
-import h5py, numpy  # loaded before the cap: only the conversion's own memory counts
+import h5py, numpy, xxhash  # loaded before the cap: only the conversion's own memory counts
 vm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmSize")) * 1024
 resource.setrlimit(resource.RLIMIT_AS, (vm + {budget}, vm + {budget}))
 convert(sys.argv[1], "capped", root=sys.argv[2])
@@ -564,6 +564,9 @@ def test_conversion_memory_is_bounded_by_the_block_not_the_source(tmp_path: Path
         f.create_dataset("step_type", data=step_type, compression="gzip")
     assert path.stat().st_size < 10_000_000
     env = {**os.environ, "RLDS_SOURCE_MAX_RATIO": "100000", "RLDS_FSYNC": "0", "OPENBLAS_NUM_THREADS": "1"}
+    # one malloc arena: each thread's own reserves 64 MB of address space, as many as threads
+    # happened to contend (a loaded machine failed to map a library under the cap)
+    env["MALLOC_ARENA_MAX"] = "1"
     code = textwrap.dedent(_CAPPED).replace("{budget}", str(150 << 20))
     out = subprocess.run(
         [sys.executable, "-c", code, str(path), str(tmp_path / "home")],
