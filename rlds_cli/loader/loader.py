@@ -305,7 +305,9 @@ class Loader:
     def _open_source(self, dataset: Any) -> None:
         """Make the source over ``dataset`` (or its new view, after a refresh): the host source,
         and its device copy with ``in_memory="device"``; the gather function resolved once."""
-        f32 = self._dtypes.all == torch.float32  # float64 columns in RAM: cast once, when loaded
+        # float64 columns in RAM: cast once, when loaded, unless a transform reads them (Normalize of
+        # a float64 key near 1.7e9 computes in float64; cast first, it served a 4-level staircase)
+        f32 = self._dtypes.all == torch.float32 and not self.transforms
         keys = self._unclaimed(self.keys)
         host = HostSource(
             dataset, keys, in_memory=bool(self.in_memory), pack=self._pack, float32=f32,

@@ -107,6 +107,36 @@ def test_float_dtype_covers_transforms_and_tensordict_extras(data: tuple[Dataset
     assert batch["next", "reward"].dtype == torch.float32
 
 
+@pytest.mark.parametrize("in_memory", [True, "device"])
+def test_a_transform_reads_float64_values_in_every_mode(tmp_path: Path, in_memory: bool | str) -> None:
+    """In RAM, float64 columns were cast to float32 when loaded, before Normalize: a float64 key
+    near 1.7e9 (a timestamp) came out a 4-level staircase, where the disk mode was exact."""
+    from rlds_cli.loader import Normalize
+    from rlds_cli.write.writer import DatasetWriter
+
+    with DatasetWriter("stamps", root=tmp_path, mode="create") as writer:
+        for e in range(4):
+            stamps = 1.7e9 + e * 100 + np.arange(51) * 0.5
+            obs = np.stack([stamps, np.arange(51.0)], axis=1)
+            writer.add_episode(
+                {
+                    "observation": obs[:-1], "next/observation": obs[1:],
+                    "action": np.zeros((50, 1), np.float32), "next/reward": np.zeros(50, np.float32),
+                    "next/terminated": np.arange(50) == 49, "next/truncated": np.zeros(50, bool),
+                }
+            )  # fmt: skip
+    ds = open_dataset("stamps", tmp_path)
+
+    def normalized(mode: bool | str) -> torch.Tensor:
+        loader = Loader(ds, ds.num_steps, sampler="epoch", shuffle=False, seed=0, in_memory=mode,
+                        float_dtype=torch.float32, transform=Normalize())  # fmt: skip
+        return loader.sample()["observation"]
+
+    disk = normalized(False)
+    assert len(torch.unique(disk[:, 0])) == ds.num_steps
+    torch.testing.assert_close(normalized(in_memory), disk, rtol=0, atol=0)
+
+
 def test_float32_data_keeps_the_plain_path(data: tuple[Dataset, Dataset]) -> None:
     _, f32 = data
     assert Loader(f32, 4, seed=0, float_dtype=torch.float32)._plain  # nothing to cast
