@@ -43,8 +43,14 @@ class DeviceSource:
         if self._packed is not None:
             rows, width = self._packed.shape
             self._window = torch.as_strided(self._packed, (rows - 1, 2 * width), (width, 1))
+        #: Columns held as their signed twin (torch has no index_select for uint32 or uint64): each
+        #: key's own torch dtype, which a gathered row is viewed as again (the same bits).
+        self._unsigned = {
+            k: getattr(torch, v.dtype.name) for k, v in layout.columns.items() if v.dtype in _SIGNED_TWIN
+        }
         self._columns = {
-            k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in layout.columns.items()
+            k: torch.from_numpy(np.ascontiguousarray(v).view(_SIGNED_TWIN.get(v.dtype, v.dtype))).to(device)
+            for k, v in layout.columns.items()
         }
         self._flags = torch.from_numpy(layout.flags).to(device) if layout.flags is not None else None
         self._flag_plan = list(layout.flag_plan)
@@ -119,11 +125,18 @@ class DeviceSource:
         if key in values:
             return values[key]
         if key.startswith("next/") and key[5:] in self._columns and self._storage.get(key[5:]) == "flat":
-            column, at = self._columns[key[5:]], rows + 1
+            stored, at = key[5:], rows + 1
         else:
-            column = self._columns[key]
+            stored = key
             at = rows if self._storage[key] == "flat" else idx
-        return column.index_select(0, at).reshape(*lead, *column.shape[1:])
+        column = self._columns[stored]
+        value = column.index_select(0, at).reshape(*lead, *column.shape[1:])
+        unsigned = self._unsigned.get(stored)
+        return value if unsigned is None else value.view(unsigned)
+
+
+#: Unsigned dtypes torch cannot gather, held as the signed dtype of their size.
+_SIGNED_TWIN = {np.dtype(np.uint32): np.dtype(np.int32), np.dtype(np.uint64): np.dtype(np.int64)}
 
 
 class DeviceUniformSampler:

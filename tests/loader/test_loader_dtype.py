@@ -137,6 +137,33 @@ def test_a_transform_reads_float64_values_in_every_mode(tmp_path: Path, in_memor
     torch.testing.assert_close(normalized(in_memory), disk, rtol=0, atol=0)
 
 
+def test_the_device_mode_gathers_uint32_and_uint64_keys(tmp_path: Path) -> None:
+    """torch has no index_select for uint32 or uint64: the device loader built, then every
+    sample() raised NotImplementedError."""
+    from rlds_cli.write.writer import DatasetWriter
+
+    with DatasetWriter("ids", root=tmp_path, mode="create") as writer:
+        for e in range(3):
+            writer.add_episode(
+                {
+                    "observation": np.zeros((4, 2), np.float32),
+                    "next/observation": np.zeros((4, 2), np.float32),
+                    "action": np.zeros((4, 1), np.float32), "next/reward": np.zeros(4, np.float32),
+                    "next/terminated": np.arange(4) == 3, "next/truncated": np.zeros(4, bool),
+                    "info/id32": (np.arange(4, dtype=np.uint32) + 4 * e) * 1_000_000_000,
+                    "info/id64": np.arange(4, dtype=np.uint64) + np.uint64(2**63) + np.uint64(4 * e),
+                }
+            )  # fmt: skip
+    ds = open_dataset("ids", tmp_path)
+    batches = [
+        Loader(ds, ds.num_steps, sampler="epoch", shuffle=False, seed=0, in_memory=mode).sample()
+        for mode in (False, "device")
+    ]
+    for key, dtype in (("info/id32", torch.uint32), ("info/id64", torch.uint64)):
+        assert batches[1][key].dtype == dtype
+        assert batches[1][key].tolist() == batches[0][key].tolist() == ds[:][key].tolist(), key
+
+
 def test_float32_data_keeps_the_plain_path(data: tuple[Dataset, Dataset]) -> None:
     _, f32 = data
     assert Loader(f32, 4, seed=0, float_dtype=torch.float32)._plain  # nothing to cast
