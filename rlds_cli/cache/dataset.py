@@ -66,6 +66,11 @@ def manifest_of(directory: Path, manifest: Manifest | None) -> Manifest:
         raise DatasetNotFoundError(f"{directory} is not an rlds dataset (no manifest)") from None
 
 
+def _text_of(table: list[Any], i: int) -> str | None:
+    """Text ``i`` of a source's table of texts (``None`` outside it: no text)."""
+    return str(table[i]) if 0 <= i < len(table) else None
+
+
 def _text_at(ranges: np.ndarray, blob: np.ndarray, row: int) -> str | None:
     """Row ``row``'s text of a per-episode source text: ``ranges[row]`` is its ``[start, stop)``
     in the UTF-8 ``blob`` (``-1``: none)."""
@@ -404,8 +409,11 @@ class Dataset:
                 continue  # (one row per episode: another length is damage, named by the check)
             key = f"{prefix}/{what[len('episode_') :]}" if prefix else what[len("episode_") :]
             blob = arrays.get(text_blob_name(name))
+            table = self._episode_text_table(name)
             if blob is not None and value.shape[1:] == (2,):
                 out[key] = _text_at(value, blob, row)
+            elif table is not None and value.ndim == 1 and value.dtype.kind in "iu":
+                out[key] = _text_of(table, int(value[row]))
             else:
                 item = value[row]
                 out[key] = item.decode("utf-8", "replace") if isinstance(item, bytes) else item.tolist()
@@ -491,9 +499,23 @@ class Dataset:
         name = f"{prefix}/episode_{what}" if prefix else f"episode_{what}"
         arrays = self.episode_source_arrays()  # a view's: its episodes' rows of its parent's
         ranges, blob = arrays.get(name), arrays.get(text_blob_name(name))
-        if ranges is None or blob is None or ranges.shape[1:] != (2,) or len(ranges) != self.num_episodes:
+        table = self._episode_text_table(name)
+        if ranges is None or len(ranges) != self.num_episodes:
+            return [None] * self.num_episodes
+        if table is not None and ranges.ndim == 1 and ranges.dtype.kind in "iu":
+            return [_text_of(table, int(i)) for i in ranges.tolist()]
+        if blob is None or ranges.shape[1:] != (2,):
             return [None] * self.num_episodes
         return [_text_at(ranges, blob, row) for row in range(self.num_episodes)]
+
+    def _episode_text_table(self, name: str) -> list[Any] | None:
+        """The texts a per-episode index array ``name`` numbers (an RLDS source's
+        ``episode_metadata`` text, ``source.metadata.rlds.episode_text[name]``), or ``None``."""
+        prefix = name.rpartition("/")[0]
+        section = self.source_metadata.get(prefix) if prefix else None
+        tables = section.get("episode_text") if isinstance(section, dict) else None
+        table = tables.get(name) if isinstance(tables, dict) else None
+        return table if isinstance(table, list) else None
 
     def view_parent(self) -> tuple[Dataset, np.ndarray] | None:
         """For a view (``rlds view``, ``rlds split``): its parent, checked to be the pinned

@@ -132,6 +132,10 @@ def _check(name: str, fx: Fixture, rule: str = "auto") -> Any:
     assert meta["text"] == {"info/language_instruction_index": want["texts"]}
     assert meta["episode_text"] == {"rlds/episode_file_path": want["file_table"]}
     np.testing.assert_array_equal(ds.source_arrays["rlds/episode_file_path"], want["files"])
+    # the episode's text, not its index in the table (an OXE user read 0, 1, 2 for file paths)
+    paths = [want["file_table"][i] for i in want["files"]]
+    assert ds.episode_texts("rlds/file_path") == paths
+    assert [ds.episode_metadata(e)["rlds/file_path"] for e in range(ds.num_episodes)] == paths
     check = runner.invoke(app, ["inspect", name, "--check"])
     assert check.exit_code == 0, check.output
     return ds
