@@ -2,9 +2,10 @@
 
 Columns: ``observations``, ``actions``, ``rewards`` (N,), ``terminals`` (N,), ``timeouts`` (N,:
 ``next/truncated``), ``next_observations`` (so every final observation survives) and
-``infos/<k>`` for each ``info/<k>`` key. Converting the file back with ``rlds download FILE
---format d4rl`` gives the same transitions and episodes (``final_known`` flags excepted: the file
-has no place for them).
+``infos/<k>`` for each ``info/<k>`` key, and a D4RL source's ``metadata/`` (its datasets and
+attributes, and the file's attributes) as the source had them. Converting the file back with
+``rlds download FILE --format d4rl`` gives the same transitions and episodes (``final_known``
+flags excepted: the file has no place for them).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -82,11 +84,43 @@ def export_d4rl(
             target = f.create_dataset(name, shape=(n, *shape), dtype=np.dtype(dtype))
             for start, data in _chunks(dataset, key, shape):
                 target[start : start + len(data)] = data
+        _write_source_metadata(f, dataset.source_metadata)
         f.attrs["exported_by"] = "rlds-cli"
         f.attrs["source_dataset"] = dataset.name
         if progress:  # every step is in once all columns are: an error here publishes nothing
             progress(n)
     return out
+
+
+def _write_source_metadata(f: Any, meta: dict[str, Any]) -> None:
+    """A D4RL source's metadata, put back where the D4RL reader found it: ``metadata/<p>``
+    datasets, the ``metadata`` group's and each dataset's attributes (``path@attr``), the file's
+    (``@attr``). Other sources' metadata has no place in the layout; a value h5py cannot store
+    (a nested mapping) is left out."""
+    import h5py
+
+    def value_of(value: Any) -> Any:
+        if isinstance(value, str):
+            return value
+        array = np.asarray(value)
+        if array.dtype.kind == "U":  # a list of texts: HDF5's variable-length strings
+            return array.astype(object).astype(h5py.string_dtype())
+        return array
+
+    kept = {
+        k: v for k, v in meta.items() if k.split("@", 1)[0] in ("", "metadata") or k.startswith("metadata/")
+    }
+    for key, value in sorted(kept.items(), key=lambda item: "@" in item[0]):  # datasets, then attributes
+        path, _, attr = key.partition("@")
+        try:
+            if not attr:
+                f.create_dataset(path, data=value_of(value))
+            elif path == "":
+                f.attrs[attr] = value_of(value)
+            else:
+                (f[path] if path in f else f.require_group(path)).attrs[attr] = value_of(value)
+        except (TypeError, ValueError):
+            continue  # an object array, a nested mapping: no HDF5 value
 
 
 def export_npz(

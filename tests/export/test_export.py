@@ -67,6 +67,33 @@ def test_d4rl_round_trip(golden: Dataset, tmp_path: Path) -> None:
     _same(golden, open_dataset("back"))
 
 
+def test_d4rl_round_trip_keeps_the_sources_metadata(tmp_path: Path) -> None:
+    """A D4RL file's metadata/ (algorithm, env, max_episode_steps) was kept in the cache but not
+    written by --to d4rl: export, then download, lost it."""
+    from tests.d4rl_fixtures import golden_three_episodes
+
+    source = golden_three_episodes(tmp_path / "src.hdf5", with_next=True)
+    with h5py.File(source, "r+") as f:
+        del f["metadata/algorithm"]
+        f["metadata/algorithm"] = "SAC"
+        f["metadata/env"] = "Hopper-v2"
+        f["metadata/sizes"] = np.array([3, 4])
+        f["metadata"].attrs["max_episode_steps"] = 1000
+        f["metadata/env"].attrs["version"] = "v2"
+        f.attrs["env_name"] = "hopper-medium-v2"
+    convert(source, "src")
+    kept = open_dataset("src").source_metadata
+    assert kept["metadata/algorithm"] == "SAC" and kept["metadata@max_episode_steps"] == 1000
+    out = export_dataset(open_dataset("src"), tmp_path / "out.hdf5", "d4rl")
+    convert(out, "back")
+    back = {
+        k: v
+        for k, v in open_dataset("back").source_metadata.items()
+        if k not in ("@exported_by", "@source_dataset")
+    }
+    assert back == kept
+
+
 def test_npz_matches_d4rl_export(golden: Dataset, tmp_path: Path) -> None:
     h5 = export_dataset(golden, tmp_path / "out.hdf5", "d4rl")
     npz = export_dataset(golden, tmp_path / "out.npz", "npz")
