@@ -45,6 +45,7 @@ from rlds_cli.loader.run_state import (
     check_loader_state,
     check_settings,
     check_shard,
+    check_uniform_draws,
     dataset_fingerprint,
     rank_world,
     run_seed,
@@ -743,6 +744,9 @@ class Loader:
             state, self._settings(), getattr(self.dataset, "name", "this source"), self._option_defaults
         )
         ranks = check_ranks_field(state)
+        if self._sampler_settings.get("sampler") == "uniform":
+            saved = ranks[0] if ranks else state.get("sampler")
+            check_uniform_draws(saved, on_device=isinstance(self.sampler, DeviceUniformSampler))
         self.close()
         if not isinstance(self.sampler, Checkpointable):
             raise TypeError(f"sampler {type(self.sampler).__name__} has no load_state_dict(); cannot restore")

@@ -412,6 +412,22 @@ def check_settings(
             )
 
 
+def check_uniform_draws(saved: Any, *, on_device: bool) -> None:
+    """Refuse a uniform sampler's state ``saved`` whose indices were drawn where this loader does
+    not draw them: on the device (``in_memory="device"``: a torch generator's state) or on the
+    host (numpy's): another stream. (Its own check would name a missing field.)"""
+    if not isinstance(saved, Mapping):
+        return  # the sampler's own check says what is wrong
+    how = {True: "on the device (in_memory='device')", False: "on the host"}
+    there = True if "torch_generator" in saved else False if "bit_generator" in saved else on_device
+    if there != on_device:
+        raise LoaderStateError(
+            f"Loader state was saved with uniform indices drawn {how[there]}; this loader draws them "
+            f"{how[on_device]}: restored, it would continue another stream",
+            hint="make the loader with the in_memory the state was saved with, or start it afresh",
+        )
+
+
 def _shown(key: str, value: Any) -> str:
     """A setting's value in a message (sampler options are kept as their reprs already)."""
     if value is None:

@@ -329,3 +329,15 @@ def test_a_state_over_another_mixture_source_is_refused() -> None:
     same = Loader(MixtureSource({"sim": "sim", "real": "real"}, keys=keys), 4, sampler="epoch", seed=0)
     same.load_state_dict(state)
     assert np.array_equal(same.sample()["index"], saved.sample()["index"])
+
+
+def test_a_uniform_state_drawn_on_the_device_is_named_so_on_the_host(isolated_cache: Any) -> None:
+    """Refused right, but as 'UniformSampler state has no field bit_generator': a damaged state."""
+    make_dataset("d", LENGTHS, replace=True)
+    modes = {"device": {"in_memory": "device", "device": "cpu"}, "host": {"in_memory": True}}
+    for saved, restored in (("device", "host"), ("host", "device")):
+        state = _warm(Loader("d", batch_size=4, seed=0, **modes[saved]))  # type: ignore[arg-type]
+        with pytest.raises(
+            LoaderStateError, match=rf"uniform indices drawn on the {saved}.* draws them on the {restored}"
+        ):
+            Loader("d", batch_size=4, seed=0, **modes[restored]).load_state_dict(state)  # type: ignore[arg-type]
