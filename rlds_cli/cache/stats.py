@@ -139,7 +139,8 @@ def _lerp(a: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 def _merge_sketch(a: np.ndarray, na: int, b: np.ndarray, nb: int) -> np.ndarray:
-    """The sketch of the count-weighted mix of the distributions ``a`` and ``b`` sketch.
+    """The sketch of the count-weighted mix of the distributions ``a`` and ``b`` sketch (every
+    column at once).
 
     Each sketch is read as its piecewise-linear quantile function, whose flat runs (a value held
     over several grid points: the atoms of discrete data) are jumps of its CDF; the mixed CDF,
@@ -148,25 +149,54 @@ def _merge_sketch(a: np.ndarray, na: int, b: np.ndarray, nb: int) -> np.ndarray:
     """
     out = np.empty_like(a)
     wa, wb = na / (na + nb), nb / (na + nb)
-    for j in range(a.shape[1]):
-        if np.isnan(a[:, j]).any() or np.isnan(b[:, j]).any():
-            out[:, j] = np.nan
-            continue
-        xs = np.unique(np.concatenate([a[:, j], b[:, j]]))
-        below = wa * _cdf(xs, a[:, j], "left") + wb * _cdf(xs, b[:, j], "left")  # F(x-)
-        at = wa * _cdf(xs, a[:, j], "right") + wb * _cdf(xs, b[:, j], "right")  # F(x)
-        out[:, j] = _invert(xs, below, at)
+    for first in range(0, a.shape[1], MERGE_COLUMNS):  # temporaries of a block of columns
+        part_a, part_b = a[:, first : first + MERGE_COLUMNS], b[:, first : first + MERGE_COLUMNS]
+        nan = np.isnan(part_a).any(axis=0) | np.isnan(part_b).any(axis=0)
+        part_a, part_b = np.where(nan, 0.0, part_a), np.where(nan, 0.0, part_b)
+        xs, (a_below, a_upto), (b_below, b_upto) = _merged_counts(part_a, part_b)
+        below = wa * _cdf(xs, part_a, a_below) + wb * _cdf(xs, part_b, b_below)  # F(x-)
+        at = wa * _cdf(xs, part_a, a_upto) + wb * _cdf(xs, part_b, b_upto)  # F(x)
+        merged = np.maximum.accumulate(_invert(xs, below, at), axis=0)  # rounding never makes it fall
+        merged[:, nan] = np.nan
+        out[:, first : first + MERGE_COLUMNS] = merged
     return out
 
 
-def _cdf(x: np.ndarray, sketch: np.ndarray, side: str) -> np.ndarray:
-    """The CDF at each ``x`` of the distribution whose quantile function is the sketch's
-    piecewise-linear interpolation over the :data:`GRID`: its value there (``"right"``: the
-    highest rank whose quantile is ``x`` or less) or its limit from below (``"left"``: the highest
-    rank whose quantile is below ``x``)."""
-    k = np.searchsorted(sketch, x, side="right" if side == "right" else "left") - 1
+#: Columns of two sketches merged at once (their temporaries: about 50 arrays of 514 rows each).
+MERGE_COLUMNS = 32
+
+
+def _merged_counts(
+    a: np.ndarray, b: np.ndarray
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """Each column's values of ``a`` and ``b`` (sorted columns, no NaN) in one sorted column
+    (a value met twice: twice), and, for each, how many of ``a``'s and of ``b``'s values lie
+    below it and at or below it: one stable sort of every column at once."""
+    both = np.concatenate([a, b]).T  # a row per column: each sorted along its row
+    order = np.argsort(both, axis=1, kind="stable")
+    xs = np.take_along_axis(both, order, axis=1)
+    places = np.arange(xs.shape[1])
+    tied = xs[:, 1:] == xs[:, :-1]  # each value's first and last place among its equals
+    first = np.maximum.accumulate(np.where(np.pad(tied, ((0, 0), (1, 0))), 0, places), axis=1)
+    last = np.where(np.pad(tied, ((0, 0), (0, 1))), len(places), places)
+    last = np.minimum.accumulate(last[:, ::-1], axis=1)[:, ::-1]
+
+    def counts(mine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        upto = np.pad(np.cumsum(mine, axis=1), ((0, 0), (1, 0)))  # upto[:, p]: at places < p
+        return np.take_along_axis(upto, first, axis=1).T, np.take_along_axis(upto, last + 1, axis=1).T
+
+    from_a = order < len(a)
+    return xs.T, counts(from_a), counts(~from_a)
+
+
+def _cdf(x: np.ndarray, sketch: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """The CDF at each ``x`` (rows x columns) of the distribution, column by column, whose quantile
+    function is the sketch's piecewise-linear interpolation over the :data:`GRID`, given how many
+    of the sketch's values lie below each ``x`` (its limit from below) or at or below it (its
+    value there): the highest rank whose quantile is below, or at most, ``x``."""
+    k = count - 1
     inner = np.clip(k, 0, len(sketch) - 2)
-    lo, hi = sketch[inner], sketch[inner + 1]
+    lo, hi = np.take_along_axis(sketch, inner, axis=0), np.take_along_axis(sketch, inner + 1, axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         step = np.where(hi > lo, (x - lo) / (hi - lo), 0.0)
     # a piece from a finite value to an infinite one: the split of its ranks between them is not
@@ -177,23 +207,35 @@ def _cdf(x: np.ndarray, sketch: np.ndarray, side: str) -> np.ndarray:
 
 
 def _invert(xs: np.ndarray, below: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """The :data:`GRID`'s quantiles of the CDF that is ``below[i]`` just under ``xs[i]``, ``at[i]``
-    at it, and linear between ``(xs[i], at[i])`` and ``(xs[i + 1], below[i + 1])``: the least
-    value whose CDF reaches each grid rank."""
-    i = np.clip(np.searchsorted(at, GRID, side="left"), 0, len(xs) - 1)  # first value reaching q
-    out = xs[i].astype(np.float64)
-    between = (i > 0) & (below[i] > GRID)  # q is reached on the linear piece before xs[i]
+    """The :data:`GRID`'s quantiles, column by column, of the CDF that is ``below[i]`` just under
+    ``xs[i]``, ``at[i]`` at it, and linear between ``(xs[i], at[i])`` and ``(xs[i + 1],
+    below[i + 1])``: the least value whose CDF reaches each grid rank."""
+    columns = xs.shape[1]
+    # the first value reaching each rank q = the number of values whose CDF is below q; a value's
+    # CDF is below every grid rank from the first one past it (the grid is every column's)
+    reached = np.searchsorted(GRID, at, side="right")
+    per_rank = np.bincount(
+        (reached + (len(GRID) + 1) * np.arange(columns)).ravel(), minlength=columns * (len(GRID) + 1)
+    )
+    i = np.minimum(np.cumsum(per_rank.reshape(columns, -1), axis=1)[:, : len(GRID)].T, len(xs) - 1)
+    grid = np.broadcast_to(GRID[:, None], i.shape)
+
+    def of(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return np.take_along_axis(values, rows, axis=0)
+
     prev = np.maximum(i - 1, 0)
+    x_prev, x_at, below_at, at_prev = of(xs, prev), of(xs, i), of(below, i), of(at, prev)
+    between = (i > 0) & (below_at > grid)  # q is reached on the linear piece before xs[i]
     with np.errstate(invalid="ignore", divide="ignore"):
-        t = np.nan_to_num(np.clip((GRID - at[prev]) / (below[i] - at[prev]), 0.0, 1.0))
+        t = np.nan_to_num(np.clip((grid - at_prev) / (below_at - at_prev), 0.0, 1.0))
     # a piece from or to an infinity holds finite values (the infinity's own ranks are its jump)
-    finite_end = np.where(np.isneginf(xs[prev]), xs[i], xs[prev])
-    piece = np.where(np.isneginf(xs[prev]) | np.isposinf(xs[i]), finite_end, _lerp(xs[prev], xs[i], t))
+    finite_end = np.where(np.isneginf(x_prev), x_at, x_prev)
+    piece = np.where(np.isneginf(x_prev) | np.isposinf(x_at), finite_end, _lerp(x_prev, x_at, t))
     # a piece between two atoms (values of jumps: discrete data) is a sketch's interpolation, not
     # data: its ranks go to the nearer atom (else the values between atoms spread merge by merge)
     jump = at - below > 1e-12
-    piece = np.where(jump[prev] & jump[i], np.where(t < 0.5, xs[prev], xs[i]), piece)
-    return np.where(between, piece, out)
+    piece = np.where(of(jump, prev) & of(jump, i), np.where(t < 0.5, x_prev, x_at), piece)
+    return np.where(between, piece, x_at)
 
 
 def merge(a: Partial | None, b: Partial | None) -> Partial | None:
