@@ -341,12 +341,7 @@ def _stale_name(module: Any, path: Path) -> str | None:
     # constants by convention (UPPER_CASE) of immutable literals, bound once in the whole file by
     # a top-level assignment: a name also set in an ``if``, a loop, by ``+=`` or a ``global``
     # statement (a counter or a cache the module changes while it runs) is not comparable
-    bindings: dict[str, int] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
-            bindings[node.id] = bindings.get(node.id, 0) + 1
-        elif isinstance(node, ast.Global | ast.Nonlocal):
-            bindings.update((name, 2) for name in node.names)
+    bindings = _module_bindings(tree)
     constants = {
         node.targets[0].id: node.value
         for node in tree.body
@@ -368,6 +363,29 @@ def _stale_name(module: Any, path: Path) -> str | None:
             here, there = (_short(repr(loaded)), _short(ast.unparse(value_node)))
             return f"{constant} is {here} here, {there} in the file"
     return None
+
+
+def _module_bindings(tree: ast.Module) -> dict[str, int]:
+    """How many times each module-level name is bound in ``tree``: by the module's statements,
+    also inside its ``if``, loops, ``try`` and ``with`` (not in a function's or a class's own
+    scope, whose names are theirs), and twice (never once) for a name a function declares
+    ``global``."""
+    bindings: dict[str, int] = {}
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bindings[node.name] = bindings.get(node.name, 0) + 1
+            for inner in ast.walk(node):  # its own names are its; a global one is the module's
+                if isinstance(inner, ast.Global):
+                    bindings.update((name, 2) for name in inner.names)
+            continue
+        if isinstance(node, ast.Lambda | ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp):
+            continue  # a scope of its own
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            bindings[node.id] = bindings.get(node.id, 0) + 1
+        todo.extend(ast.iter_child_nodes(node))
+    return bindings
 
 
 def _short(text: str) -> str:

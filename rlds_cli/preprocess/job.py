@@ -97,7 +97,7 @@ from rlds_cli.preprocess.plan import (
     plan_digest,
     read_chunk,
 )
-from rlds_cli.preprocess.pool import stop_if_reimported
+from rlds_cli.preprocess.pool import LocalPool, check_sendable, stop_if_reimported
 from rlds_cli.preprocess.worker import data_path, disk_full, forget, read_npz, summary_path
 
 FnLike = str | Callable[..., Any]
@@ -401,6 +401,8 @@ def run(
             backend, workers=workers, num_chunks=plan.num_chunks,
             preload=fn if isinstance(fn, str) else None, address=ray_address,
         )  # fmt: skip
+        if isinstance(executor, LocalPool) and not isinstance(fn, str):
+            check_sendable(fn)  # before the job folder is made
 
     try:
         job = prepare(

@@ -183,7 +183,6 @@ class LocalPool:
             InlineExecutor().run(spec, tasks, on_done)
             return
         self._job_sent = True
-        _check_sendable(spec)
         for conn in self._conns:
             with contextlib.suppress(OSError):  # a worker that died starting up is reported below
                 conn.send((dict(spec), tasks))
@@ -315,11 +314,12 @@ def stop_if_reimported() -> None:
         raise SystemExit(REIMPORTED_EXIT)
 
 
-def _check_sendable(spec: Mapping[str, Any]) -> None:
-    """Refuse a job whose function cannot travel to worker processes: pickle sends a function by
-    its module and name, which a lambda or a function defined inside another has none of."""
+def check_sendable(fn: Any) -> None:
+    """Refuse a function that cannot travel to worker processes, before the job makes anything:
+    pickle sends a function by its module and name, which a lambda or a function defined inside
+    another has none of."""
     try:
-        pickle.dumps(spec["fn"])
+        pickle.dumps(fn)
     except (pickle.PicklingError, AttributeError, TypeError) as exc:
         raise FunctionImportError(
             f"the function cannot be sent to worker processes ({type(exc).__name__}: {exc})",

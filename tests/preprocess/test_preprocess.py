@@ -631,6 +631,24 @@ def test_a_value_imported_by_name_from_a_helper_is_part_of_the_job(
         preprocess.run(golden, ref, "scaled", workers=1)
 
 
+def test_a_constant_edited_beside_a_class_or_local_name_of_its_name_is_refused(
+    golden: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A class attribute or a function's local of the same name counted as a second binding of the
+    module's constant, which then was not compared: the old value ran under the new file's digest."""
+    user = tmp_path / "shadowed_constant_for_rlds.py"
+    user.write_text(
+        "import numpy as np\nSCALE = 2\n\nclass Config:\n    SCALE = 1\n\n"
+        "def scaled(b):\n    factor = SCALE\n    return {**b, 'action': np.asarray(b['action']) * factor}\n"
+        "\ndef other():\n    SCALE = 5\n    return SCALE\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("shadowed_constant_for_rlds")
+    user.write_text(user.read_text().replace("SCALE = 2", "SCALE = 3"))
+    with pytest.raises(FunctionImportError, match="SCALE is 2 here, 3 in the file"):
+        preprocess.run(golden, "shadowed_constant_for_rlds:scaled", "shadowed", workers=1)
+
+
 def test_a_constant_set_again_where_the_module_runs_is_no_edit(
     golden: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

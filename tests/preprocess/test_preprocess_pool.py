@@ -193,4 +193,5 @@ def test_a_function_that_cannot_be_sent_to_workers_is_one_clear_error(isolated_c
         preprocess.run("src", lambda b: b, "out", workers=2, chunk_steps=10)
     assert "workers=1" in (info.value.hint or "")
     assert not (isolated_cache / "datasets" / "out").exists()
+    assert not list((isolated_cache / "tmp").glob("out.job-*"))  # refused before the job's folder
     assert preprocess.run("src", lambda b: b, "out", workers=1, chunk_steps=10).manifest.num_steps == 40
