@@ -409,10 +409,10 @@ class Dataset:
                 continue  # (one row per episode: another length is damage, named by the check)
             key = f"{prefix}/{what[len('episode_') :]}" if prefix else what[len("episode_") :]
             blob = arrays.get(text_blob_name(name))
-            table = self._episode_text_table(name)
+            table = self._episode_text_table(name) if value.ndim == 1 and value.dtype.kind in "iu" else None
             if blob is not None and value.shape[1:] == (2,):
                 out[key] = _text_at(value, blob, row)
-            elif table is not None and value.ndim == 1 and value.dtype.kind in "iu":
+            elif table is not None:
                 out[key] = _text_of(table, int(value[row]))
             else:
                 item = value[row]
@@ -512,7 +512,9 @@ class Dataset:
         """The texts a per-episode index array ``name`` numbers (an RLDS source's
         ``episode_metadata`` text, ``source.metadata.rlds.episode_text[name]``), or ``None``."""
         prefix = name.rpartition("/")[0]
-        section = self.source_metadata.get(prefix) if prefix else None
+        if prefix != "rlds":  # the one format that numbers them (a view's metadata is its parent's: a read)
+            return None
+        section = self.source_metadata.get(prefix)
         tables = section.get("episode_text") if isinstance(section, dict) else None
         table = tables.get(name) if isinstance(tables, dict) else None
         return table if isinstance(table, list) else None

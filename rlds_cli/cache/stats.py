@@ -9,9 +9,10 @@ so results do not depend on the worker count or backend:
 * quantiles: each chunk's sketch holds its own values (``inverted_cdf``); the merge mixes the
   sketches' CDFs (linear between a sketch's values, a jump at a value it holds over several grid
   points: the atoms of discrete data) and reads them back on the grid. Rank error under one grid
-  step (1/256 of the data) on continuous or discrete data measured, discrete data's quantiles its
-  own values; not a bound (0.7 grid steps at q0.01 on bimodal data in 1,000 chunks of 20 steps;
-  8 where infinities border finite values). Infinite values are values; a NaN makes every
+  step (1/256 of the data) on continuous or discrete data measured, discrete data's common values
+  kept as values (a rare one, over a grid point or two, may read between two); not a bound (0.7
+  grid steps at q0.01 on bimodal data in 1,000 chunks of 20 steps; 8 where infinities border
+  finite values). Infinite values are values; a NaN makes every
   quantile of its element NaN, as ``np.quantile`` does.
 
 Statistics are per element of a key's per-step shape; above :data:`MAX_ELEMENTS` elements

@@ -387,7 +387,7 @@ def read_rows(array: Any, start: int | None = None, stop: int | None = None) -> 
     """
     try:
         return np.asarray(array[...] if start is None else array[start:stop])
-    except BaseException:
+    except Exception:  # not an interrupt (Ctrl-C): that one stops at once
         _wait_for_other_reads(SETTLE_SECONDS)
         raise
 
