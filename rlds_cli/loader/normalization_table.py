@@ -265,13 +265,26 @@ class NormalizationTable:
             raise MixtureError(f"no source {source!r} in the normalization table; it has {self.names}")
         return self._sources[str(source)]
 
-    def _key(self, source: str | int, key: str) -> dict[str, Any]:
+    def _key(self, source: str | int, key: str, needs: tuple[str, ...] = ("mean", "std")) -> dict[str, Any]:
+        """``source``'s statistics of ``key``; :class:`MixtureError` where one of ``needs`` is
+        not finite (a table stores such a value as ``null``: the arithmetic would give NaN)."""
         entry = self._source(source)
         if key not in entry["keys"]:
             raise MixtureError(
                 f"no statistics of key {key!r} for source {source!r}; it has {list(entry['keys'])}"
             )
-        return entry["keys"][key]
+        found = entry["keys"][key]
+        for name in needs:
+            value = np.asarray(np.nan if found.get(name) is None else found[name], np.float64)
+            bad = np.flatnonzero(~np.isfinite(value).reshape(-1))
+            if len(bad):
+                raise MixtureError(
+                    f"the {name} of key {key!r} for source {source!r} is not finite at dimensions "
+                    f"{[int(d) for d in bad[:8]]} (null in the table): it would give NaN",
+                    hint="make the table from statistics of finite data ('rlds audit NAME' lists "
+                    "non-finite values)",
+                )
+        return found
 
     def statistics(self, source: str | int) -> NormalizationStats:
         """``source``'s statistics as :class:`NormalizationStats` (``Normalize(stats=...)``)."""
@@ -280,7 +293,7 @@ class NormalizationTable:
         eps = {s["eps"] for s in entry["keys"].values()}
         if len(eps) > 1:
             raise MixtureError(
-                f"source {source!r}'s keys have different eps {sorted(eps)}: read them one by one"
+                f"the keys of source {source!r} have different eps {sorted(eps)}: read them one by one"
             )
         return NormalizationStats.from_mapping(
             stats, eps=eps.pop() if eps else 1e-6, source=entry["statistics_of"]
@@ -298,13 +311,15 @@ class NormalizationTable:
         """
         if mode not in MODES:
             raise MixtureError(f"mode must be one of {MODES}, got {mode!r}")
-        s = self._key(source, key)
+        if mode == "q01_q99":
+            found = self._source(source)["keys"].get(key, {})
+            if found.get("q01") is None or found.get("q99") is None:
+                raise MixtureError(f"the table has no q01/q99 of key {key!r} for source {source!r}")
+        s = self._key(source, key, ("mean", "std") if mode == "mean_std" else ("q01", "q99"))
         eps = s["eps"]
         arr = self._cut(_numbers(x, key), s["shape"], source, key)
         if mode == "mean_std":
             return arr * (s["std"] + eps) + s["mean"]
-        if s["q01"] is None or s["q99"] is None:
-            raise MixtureError(f"the table has no q01/q99 of key {key!r} for source {source!r}")
         return (arr + 1.0) / 2.0 * (s["q99"] - s["q01"]) + s["q01"]
 
     def normalize(self, source: str | int, key: str, x: Any) -> np.ndarray:
@@ -318,7 +333,9 @@ class NormalizationTable:
     def _cut(x: np.ndarray, shape: tuple[int, ...], source: str | int, key: str) -> np.ndarray:
         tail = x.shape[x.ndim - len(shape) :] if len(shape) else ()
         if x.ndim < len(shape) or any(a < b for a, b in zip(tail, shape, strict=True)):
-            raise MixtureError(f"{key!r} of shape {x.shape} is narrower than source {source!r}'s {shape}")
+            raise MixtureError(
+                f"{key!r} of shape {x.shape} is narrower than the shape {shape} of source {source!r}"
+            )
         real: tuple[Any, ...] = (..., *(slice(0, n) for n in shape))
         return x[real] if shape else x
 

@@ -178,7 +178,9 @@ class DatasetWriter:
 
         self.name = validate_name(name)
         self.mode = mode
-        self.protected = protected
+        if not isinstance(protected, bool | np.bool_):  # "no" is true: every episode kept for ever
+            raise ValueError(f"protected must be True or False, not {protected!r}")
+        self.protected = bool(protected)
         self.episodes_per_commit = episodes_per_commit
         self.commit_interval = float(commit_interval)
         self.fsync = settings.fsync_enabled()
@@ -339,6 +341,8 @@ class DatasetWriter:
             if flag.dtype != np.bool_ or flag.size != 1:
                 raise EpisodeFormatError(f"add_step: {key!r} must be one bool, got {flag.dtype} {flag.shape}")
             step[key] = flag.reshape(1)
+        if isinstance(reward, np.bool_):  # as a Python bool is: a number
+            reward = bool(reward)
         if isinstance(reward, int | float):  # a number: float32, or the dataset's float dtype
             stored = self.head.fields.get("next/reward") if self.head is not None else None
             kind = np.dtype(stored.dtype) if stored is not None else np.dtype(np.float32)
@@ -351,6 +355,12 @@ class DatasetWriter:
                 )
         else:
             r = np.asarray(reward)
+        if r.size != 1:
+            raise EpisodeFormatError(
+                f"add_step: 'next/reward' must be one number, got shape {r.shape}",
+                hint="a reward of several values: pass it as an extra key (info/rewards=...) and "
+                "its sum or the one to learn from as reward",
+            )
         step["next/reward"] = r.reshape(1)
         # copied: an env may hand out the same observation array every step, refilled in place
         row = {k: np.array(v) for k, v in flatten(step, "step").items()}

@@ -82,15 +82,30 @@ def test_sources_without_normalize_and_given_statistics(robots: dict[str, Datase
         table.unnormalize("a", "action", np.zeros(7), mode="q01_q99")
 
 
+def _with_null(table: NormalizationTable) -> NormalizationTable:
+    """``table`` saved with a null (a statistic that was not finite) in aloha's action std: the
+    arithmetic gave NaN for that dimension without a word."""
+    import json
+
+    data = json.loads(json.dumps(table.to_dict()))
+    data["sources"]["aloha"]["keys"]["action"]["std"][1] = None
+    return NormalizationTable(data)
+
+
 def test_table_refusals_name_what(mix: MixtureLoader, tmp_path: Path) -> None:
     table = NormalizationTable(mix.normalization_table())
     cases = [
         (lambda: table.unnormalize("ghost", "action", np.zeros(14)), "no source 'ghost'"),
         (lambda: table.unnormalize(7, "action", np.zeros(14)), "no source of index 7"),
         (lambda: table.unnormalize("aloha", "gripper", np.zeros(14)), "no statistics of key 'gripper'"),
-        (lambda: table.unnormalize("aloha", "action", np.zeros(7)), "narrower than source 'aloha'"),
+        (lambda: table.unnormalize("aloha", "action", np.zeros(7)), "of source 'aloha'"),
         (lambda: table.unnormalize("aloha", "action", np.zeros(14), mode="minmax"), "mode must be one of"),
         (lambda: NormalizationTable({"format": "x"}), "not a normalization table"),
+        (
+            lambda: _with_null(table).unnormalize("aloha", "action", np.zeros(14)),
+            "is not finite at dimensions [1]",
+        ),
+        (lambda: _with_null(table).normalize("aloha", "action", np.zeros(14)), "(null in the table)"),
     ]
     for make, match in cases:
         with pytest.raises(MixtureError) as info:

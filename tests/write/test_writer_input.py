@@ -134,6 +134,28 @@ def test_add_step_flags_must_be_bool(isolated_cache: Path) -> None:
     assert not CacheRoot().exists("st")
 
 
+def test_add_step_takes_one_reward_and_a_numpy_bool_as_a_python_one(isolated_cache: Path) -> None:
+    """A vector reward raised numpy's 'cannot reshape array of size 2'; np.bool_(True) was refused
+    where True is stored as 1.0."""
+    zeros = np.zeros(2, np.float32)
+    step = {"observation": zeros, "action": zeros, "terminated": False, "truncated": False}
+    with rlds_cli.DatasetWriter("rw") as w:
+        for reward in (np.array([1.0, 2.0]), np.zeros(0)):
+            with pytest.raises(EpisodeFormatError, match=r"'next/reward' must be one number, got shape"):
+                w.add_step(**step, reward=reward, next_observation=zeros)  # type: ignore[arg-type]
+        w.add_step(**step, reward=np.bool_(True), next_observation=zeros)  # type: ignore[arg-type]
+        w.add_step(**{**step, "terminated": True}, reward=True, next_observation=zeros)  # type: ignore[arg-type]
+    assert rlds_cli.open_dataset("rw")[:]["next/reward"].reshape(-1).tolist() == [1.0, 1.0]
+
+
+def test_protected_must_be_a_bool(isolated_cache: Path) -> None:
+    """protected="no" is true: every episode was kept past the capacity, without a word."""
+    for given in ("no", 0, None):
+        with pytest.raises(ValueError, match=r"protected must be True or False"):
+            rlds_cli.DatasetWriter("p", protected=given)  # type: ignore[arg-type]
+    assert not CacheRoot().exists("p")
+
+
 def test_a_number_reward_that_overflows_float32_is_refused(isolated_cache: Path) -> None:
     """1e40 was stored as inf (numpy's overflow warning the only sign); inf itself is a reward."""
     with rlds_cli.DatasetWriter("ov") as w:
