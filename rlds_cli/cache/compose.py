@@ -476,8 +476,9 @@ def copied_source_arrays(source: Dataset) -> dict[str, np.ndarray]:
     if found is None or found.step_key is not None or found.episode_task is None:
         return arrays
     encoded = [text.encode("utf-8") for text in found.texts]
-    ends = np.cumsum([len(raw) for raw in encoded], dtype=np.int64)
-    spans = np.stack([ends - [len(raw) for raw in encoded], ends], axis=1)
+    sizes = np.array([len(raw) for raw in encoded], np.int64)
+    ends = np.cumsum(sizes)
+    spans = np.stack([ends - sizes, ends], axis=1)
     spans[[not text for text in found.texts]] = -1  # "" stands for a parent without instructions
     arrays[LANG_RANGES] = spans[np.asarray(found.episode_task, np.int64)].reshape(-1, 2)
     arrays[text_blob_name(LANG_RANGES)] = np.frombuffer(b"".join(encoded), np.uint8)

@@ -409,7 +409,7 @@ class Dataset:
                 continue  # (one row per episode: another length is damage, named by the check)
             key = f"{prefix}/{what[len('episode_') :]}" if prefix else what[len("episode_") :]
             blob = arrays.get(text_blob_name(name))
-            table = self._episode_text_table(name) if value.ndim == 1 and value.dtype.kind in "iu" else None
+            table = self._episode_text_table(name, value)
             if blob is not None and value.shape[1:] == (2,):
                 out[key] = _text_at(value, blob, row)
             elif table is not None:
@@ -499,20 +499,22 @@ class Dataset:
         name = f"{prefix}/episode_{what}" if prefix else f"episode_{what}"
         arrays = self.episode_source_arrays()  # a view's: its episodes' rows of its parent's
         ranges, blob = arrays.get(name), arrays.get(text_blob_name(name))
-        table = self._episode_text_table(name)
         if ranges is None or len(ranges) != self.num_episodes:
             return [None] * self.num_episodes
-        if table is not None and ranges.ndim == 1 and ranges.dtype.kind in "iu":
+        table = self._episode_text_table(name, ranges)
+        if table is not None:
             return [_text_of(table, int(i)) for i in ranges.tolist()]
         if blob is None or ranges.shape[1:] != (2,):
             return [None] * self.num_episodes
         return [_text_at(ranges, blob, row) for row in range(self.num_episodes)]
 
-    def _episode_text_table(self, name: str) -> list[Any] | None:
-        """The texts a per-episode index array ``name`` numbers (an RLDS source's
-        ``episode_metadata`` text, ``source.metadata.rlds.episode_text[name]``), or ``None``."""
+    def _episode_text_table(self, name: str, value: np.ndarray) -> list[Any] | None:
+        """The texts the per-episode array ``name`` (``value``: its rows) numbers, where it is an
+        RLDS source's ``episode_metadata`` text (one integer an episode, an index into
+        ``source.metadata.rlds.episode_text[name]``); else ``None``."""
         prefix = name.rpartition("/")[0]
-        if prefix != "rlds":  # the one format that numbers them (a view's metadata is its parent's: a read)
+        # RLDS is the one format that numbers them (and a view's metadata is a read of its parent)
+        if value.ndim != 1 or value.dtype.kind not in "iu" or prefix != "rlds":
             return None
         section = self.source_metadata.get(prefix)
         tables = section.get("episode_text") if isinstance(section, dict) else None

@@ -202,7 +202,8 @@ def read_chunk(
             out[flag][-1] = True
     out["index"] = np.arange(start, stop, dtype=np.int64)
     key = None if instructions is None else instructions.step_key
-    if instructions is not None and key is not None and key in out:
+    if key is not None and key in out:
+        assert instructions is not None
         out[key] = copied_step_column(ds, instructions, start, np.asarray(out[key]))
     return out
 

@@ -221,20 +221,13 @@ class SmallSegmentMerger:
         return merged
 
     def _fresh_view(self) -> GrowingDataset:
-        """The dataset's view at the log's end (opened once, then followed; made again when a
-        segment of it was retired and removed while it was read: grace_seconds=0)."""
-        for attempt in range(MERGE_ATTEMPTS):
-            try:
-                if self._view is None:
-                    self._view = GrowingDataset(self.directory)
-                else:
-                    self._view.refresh()
-                return self._view
-            except DatasetReplacedError:
-                self._view = None
-                if attempt + 1 == MERGE_ATTEMPTS:
-                    raise
-        raise AssertionError("unreachable")
+        """The dataset's view at the log's end (opened once, then followed; the view itself reads
+        the log again when a segment of it is removed while it is made: grace_seconds=0)."""
+        if self._view is None:
+            self._view = GrowingDataset(self.directory)
+        else:
+            self._view.refresh()
+        return self._view
 
 
 @dataclass
