@@ -342,3 +342,9 @@ def compact(
         f"{output.count(len(report.removed), 'retired segment')} removed",
         soft_wrap=True,
     )
+    if report.runs_left:  # writers appended, or evicted the inputs of every plan, meanwhile
+        output.console.print(
+            f"{output.count(report.runs_left, 'run')} of segments still unmerged (writers changed "
+            f"the dataset meanwhile): run `rlds compact {output.escape(report.name)}` again",
+            soft_wrap=True,
+        )

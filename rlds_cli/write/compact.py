@@ -241,6 +241,9 @@ class CompactReport:
     episodes: int
     steps: int
     removed: list[str] = field(default_factory=list)
+    #: Runs still worth merging at the end: writers appended meanwhile, or evicted inputs under
+    #: each of :data:`MERGE_ATTEMPTS` plans (grace_seconds=0). Another compaction merges them.
+    runs_left: int = 0
 
     def to_dict(self) -> dict[str, object]:
         return dict(vars(self))
@@ -421,7 +424,14 @@ def _compact_locked(ds: GrowingDataset, grace_seconds: float | None) -> CompactR
     grace = ds.settings["grace_seconds"] if grace_seconds is None else grace_seconds
     removed = collect(ds.directory, ds.state, grace, builds=True, unreferenced=True)
     return CompactReport(
-        ds.name, before, len(ds.live_segments()), merged, ds.num_episodes, ds.num_steps, removed
+        ds.name,
+        before,
+        len(ds.live_segments()),
+        merged,
+        ds.num_episodes,
+        ds.num_steps,
+        removed,
+        runs_left=len(_runs(ds)),
     )
 
 

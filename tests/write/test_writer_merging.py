@@ -418,3 +418,29 @@ def test_a_collection_renames_only_the_segments_still_there(
     # the merged segment's rename into segments/, and one per segment still there at most
     assert len([r for r in renames if f"/{SEGMENTS_DIR}/" in r]) <= on_disk, renames
     assert uids() == list(range(64))
+
+
+def test_a_compaction_whose_inputs_keep_being_evicted_says_what_it_left(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writers evicting (grace_seconds=0) under each of the compaction's plans: it merged nothing
+    and returned as if the dataset were compact."""
+    from rlds_cli.errors import DatasetReplacedError
+
+    add(None, range(5))  # 5 one-episode segments: under the writers' fan-in, nothing merged yet
+    tries: list[int] = []
+
+    def evicted_under_it(*args: object, **kwargs: object) -> None:
+        tries.append(1)
+        raise DatasetReplacedError("a segment of 'm' was removed while it was read")
+
+    monkeypatch.setattr(merging, "merge_run", evicted_under_it)
+    report = rlds_cli.compact("m", grace_seconds=0)
+    assert len(tries) == merging.MERGE_ATTEMPTS
+    assert (report.merged_runs, report.runs_left, report.segments_after) == (0, 1, 5)
+    result = CliRunner().invoke(app, ["compact", "m"])
+    assert result.exit_code == 0, result.output
+    assert "1 run of segments still unmerged" in result.output
+    assert "rlds compact m" in result.output
+    assert '"runs_left": 1' in CliRunner().invoke(app, ["compact", "m", "--json"]).output
+    assert uids() == list(range(5))
