@@ -330,18 +330,10 @@ class TedReader:
                 pairs[key], pairs[f"next/{key}"] = f"next/{key}", key
         return pairs
 
-    def locate(self, idx: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
-        """``(episode, flat rows)`` of step indices ``idx`` (``None`` and ``idx`` when no key
-        needs them)."""
-        if not self.need_episode:
-            return None, idx
-        episode = self._episode_of(idx)
-        return episode, idx + episode
-
     def gather(self, idx: np.ndarray) -> TedBatch:
         """The keys at step indices ``idx`` (int64, any shape, in range), as numpy arrays of
         ``idx``'s shape in front."""
-        # locate inlined: a call frame is a percent of a low-dim batch
+        # inlined, not a method: a call frame is a percent of a low-dim batch
         episode = self._episode_of(idx) if self.need_episode else None
         rows = idx if episode is None else idx + episode
         if self._array_plan is not None and (

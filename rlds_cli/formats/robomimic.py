@@ -324,21 +324,6 @@ def _native(dtype: Any) -> np.dtype:
     return dtype if dtype.isnative else dtype.newbyteorder("=")
 
 
-def _demo_specs(group: Any) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """Every dataset below a demo group, by path: its full shape and its dtype (native byte order:
-    :func:`_native`)."""
-    import h5py
-
-    specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
-
-    def visit(key: str, node: Any) -> None:
-        if isinstance(node, h5py.Dataset):
-            specs[key] = (tuple(node.shape or ()), _native(node.dtype))
-
-    group.visititems(visit)
-    return specs
-
-
 @dataclass(frozen=True)
 class RobomimicOptions(ReaderOptions):
     """Options of :class:`RobomimicReader` (its keyword arguments)."""

@@ -176,10 +176,6 @@ class PadSchema:
             if promoted != spec.dtype:
                 self.keys[key] = replace(spec, dtype=promoted)
 
-    def mask_keys(self) -> list[str]:
-        """The ``<key>_pad_mask`` keys a batch carries, in key order."""
-        return [k + MASK_SUFFIX for k, spec in self.keys.items() if spec.masks is not None]
-
     def assemble(
         self,
         parts: Sequence[tuple[int, Any, Mapping[str, Any]]],
