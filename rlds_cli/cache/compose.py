@@ -453,24 +453,27 @@ def downsample_dataset(
 def copied_metadata(source: Dataset) -> tuple[dict[str, Any], Instructions | None]:
     """The source metadata of a copy of ``source``'s rows (a downsample, a preprocess output),
     and the instructions whose step column the copy writes as :meth:`Instructions.of_rows` gives
-    it: a merge of parents whose tables differ has no metadata of its own (its instructions come
-    through its parents'), so the copy gets the merged table as a text table and each step's
-    index in it; ``None`` where the metadata carries them as they are."""
+    it: the metadata of a merge of parents whose metadata differ holds only what they say alike
+    (:func:`~rlds_cli.cache.composed.agreed_metadata`: no task table), so the copy gets the
+    merged table as a text table and each step's index in it; ``None`` where the metadata
+    carries them as they are."""
     meta = source.source_metadata
-    found = source.instructions if isinstance(source, ComposedDataset) and not meta else None
+    merged = isinstance(source, ComposedDataset) and not source.parents_agree
+    found = source.instructions if merged else None
     if found is None or found.step_key is None:
         return meta, None
-    return {"rlds": {"text": {found.step_key: list(found.texts)}}}, found
+    return {**meta, "rlds": {"text": {found.step_key: list(found.texts)}}}, found
 
 
 def copied_source_arrays(source: Dataset) -> dict[str, np.ndarray]:
     """The per-episode source arrays of a copy of ``source``'s episodes, in its episode order: its
     own (:meth:`~rlds_cli.cache.dataset.Dataset.episode_source_arrays`), and, for a merge whose
-    per-episode instructions come from its parents' metadata (LIBERO's ``problem_info``: a merge
-    keeps no metadata, see :func:`copied_metadata`), those instructions as RoboCasa's are kept,
+    per-episode instructions come from its parents' differing metadata (LIBERO's
+    ``problem_info``, which a merge keeps only where every parent has the same: see
+    :func:`copied_metadata`), those instructions as RoboCasa's are kept,
     ``robomimic/episode_lang`` (an episode of a parent without any: none)."""
     arrays = dict(source.episode_source_arrays())
-    if not isinstance(source, ComposedDataset) or source.source_metadata or LANG_RANGES in arrays:
+    if not isinstance(source, ComposedDataset) or source.parents_agree or LANG_RANGES in arrays:
         return arrays
     found = source.instructions
     if found is None or found.step_key is not None or found.episode_task is None:

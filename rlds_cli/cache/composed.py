@@ -23,7 +23,14 @@ import numpy as np
 
 from rlds_cli.cache.dataset import Dataset, Instructions, pinned_parent
 from rlds_cli.cache.growing_columns import ConcatColumn
-from rlds_cli.cache.layout import COMPOSED_LAYOUT, SEGMENTED_LAYOUT, is_episode_array, text_blob_name
+from rlds_cli.cache.layout import (
+    COMPOSED_LAYOUT,
+    FILTER_KEYS,
+    MEMBER_ARRAY,
+    SEGMENTED_LAYOUT,
+    is_episode_array,
+    text_blob_name,
+)
 from rlds_cli.cache.manifest import FieldSpec, Manifest, read_manifest
 from rlds_cli.cache.views import GatheredColumn
 from rlds_cli.errors import CorruptDatasetError
@@ -159,10 +166,17 @@ class ComposedDataset(Dataset):
     @property
     def source_metadata(self) -> dict[str, Any]:
         """Its parents' source metadata when they all have the same (a trim; a merge of one
-        source's views), else empty: one source's facts (task texts, text tables, spaces) do not
-        describe another's rows."""
+        source's views), else what they all say alike (:func:`agreed_metadata`): one source's
+        facts (task texts, text tables, spaces) do not describe another's rows."""
         metas = [ds.source_metadata for ds in self.segment_datasets()]
-        return metas[0] if metas and all(m == metas[0] for m in metas[1:]) else {}
+        return metas[0] if self.parents_agree else agreed_metadata(metas)
+
+    @property
+    def parents_agree(self) -> bool:
+        """Whether every parent has the same source metadata (then it is this dataset's, and
+        carries the parents' instructions as they are)."""
+        metas = [ds.source_metadata for ds in self.segment_datasets()]
+        return all(m == metas[0] for m in metas[1:])
 
     @property
     def source_arrays(self) -> dict[str, np.ndarray]:
@@ -180,6 +194,12 @@ class ComposedDataset(Dataset):
         ]
         common = set.intersection(*(set(arrays) for arrays, _ in parts)) if parts else set()
         out: dict[str, np.ndarray] = {}
+        union = self.source_metadata.get(FILTER_KEYS)
+        if isinstance(union, list) and union:  # columns by name, not by position
+            common.discard(MEMBER_ARRAY)
+            member = self._filter_key_members(union, parts)
+            if member is not None:
+                out[MEMBER_ARRAY] = member
         for key in sorted(k for k in common if is_episode_array(k)):
             blob = text_blob_name(key)
             values = [arrays[key] for arrays, _ in parts]
@@ -200,6 +220,26 @@ class ComposedDataset(Dataset):
             elif len({(v.shape[1:], v.dtype) for v in values}) == 1:
                 out[key] = np.concatenate([v[ids] for v, (_, ids) in zip(values, parts, strict=True)])
         return out
+
+    def _filter_key_members(
+        self, union: list[str], parts: list[tuple[dict[str, np.ndarray], np.ndarray]]
+    ) -> np.ndarray | None:
+        """:data:`MEMBER_ARRAY` over ``union``, the parents' filter keys: each parent's episodes
+        in the keys it names, in none of the others; ``None`` where a parent's array does not
+        match its names (the check names it in the parent)."""
+        columns = {name: j for j, name in enumerate(union)}
+        pieces = []
+        for parent, (arrays, ids) in zip(self._parents, parts, strict=True):
+            names = parent.source_metadata.get(FILTER_KEYS)
+            rows = np.zeros((len(ids), len(union)), bool)
+            if isinstance(names, list) and names:
+                own = arrays.get(MEMBER_ARRAY)
+                if own is None or own.shape[1:] != (len(names),) or own.shape[0] <= ids.max(initial=-1):
+                    return None
+                for j, name in enumerate(names):
+                    rows[:, columns[str(name)]] = own[ids, j]
+            pieces.append(rows)
+        return np.concatenate(pieces)
 
     @property
     def instructions(self) -> Instructions | None:
@@ -327,3 +367,29 @@ class CutEnds:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         data = self[slice(None)]
         return data.astype(dtype) if dtype is not None else data
+
+
+#: Sections of source metadata a merge keeps entry by entry where its parents differ (two
+#: robomimic files of one task differ in their step count, not in their ``env_args``); any other
+#: section is kept whole where they agree on all of it, else left out.
+_BY_ENTRY = {("robomimic",), ("robomimic", "attrs"), ("lerobot",)}
+#: Entries of those sections that count one source's rows: no merge of several holds that count.
+_SOURCE_COUNTS = frozenset({"episodes", "total", "num_demos"})
+
+
+def agreed_metadata(metas: list[dict[str, Any]], path: tuple[str, ...] = ()) -> dict[str, Any]:
+    """What every one of ``metas`` (the parents' source metadata) says alike: entries equal in
+    all, entry by entry inside the sections of :data:`_BY_ENTRY` (less :data:`_SOURCE_COUNTS`),
+    and the union of the parents' filter keys (a parent naming none holds none of its episodes)."""
+    out: dict[str, Any] = {}
+    for key, value in metas[0].items():
+        if (not path and key == FILTER_KEYS) or (path and key in _SOURCE_COUNTS):
+            continue
+        if all(key in m and m[key] == value for m in metas[1:]):
+            out[key] = value
+        elif (*path, key) in _BY_ENTRY and all(isinstance(m.get(key), dict) for m in metas):
+            out[key] = agreed_metadata([m[key] for m in metas], (*path, key))
+    names = [m.get(FILTER_KEYS) for m in metas]
+    if not path and any(names) and all(n is None or isinstance(n, list) for n in names):
+        out[FILTER_KEYS] = sorted({str(k) for n in names if n for k in n})
+    return out

@@ -35,7 +35,14 @@ from rlds_cli.cache.dataset import Dataset
 from rlds_cli.cache.episode_table import parse_episode_list
 from rlds_cli.cache.episodes import select_index, slice_index, write_index
 from rlds_cli.cache.integrity import check_episode_index
-from rlds_cli.cache.layout import COMPOSED_LAYOUT, MANIFEST_FILE, VIEW_LAYOUT, validate_name
+from rlds_cli.cache.layout import (
+    COMPOSED_LAYOUT,
+    FILTER_KEYS,
+    MANIFEST_FILE,
+    MEMBER_ARRAY,
+    VIEW_LAYOUT,
+    validate_name,
+)
 from rlds_cli.cache.manifest import Manifest
 from rlds_cli.cache.opening import open_dataset
 from rlds_cli.cache.root import CacheRoot
@@ -517,14 +524,10 @@ def select_episodes(
     return SelectedDataset(dataset.directory, manifest, index)
 
 
-#: The source array of filter-key membership (bool ``[episodes, keys]``).
-MEMBER_ARRAY = "filter_keys/episode_member"
-
-
 def filter_key_names(dataset: Dataset) -> list[str]:
     """The filter keys of ``dataset`` (a view: its parent's), in :data:`MEMBER_ARRAY` column
     order; empty when none."""
-    names = dataset.source_metadata.get("filter_keys")
+    names = dataset.source_metadata.get(FILTER_KEYS)
     return [str(n) for n in names] if isinstance(names, list) else []
 
 

@@ -245,6 +245,13 @@ class CacheLayout:
         return self.raw_dir / f"url-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
 
 
+#: The manifest's ``source.metadata`` entry naming a source's filter keys (robomimic's
+#: ``mask/<key>``), in the column order of :data:`MEMBER_ARRAY`.
+FILTER_KEYS = "filter_keys"
+#: The source array of filter-key membership (bool ``[episodes, keys]``).
+MEMBER_ARRAY = "filter_keys/episode_member"
+
+
 def is_episode_array(name: str) -> bool:
     """Whether a source array holds one row per episode (``<format>/episode_<what>``)."""
     return EPISODE_ARRAY.search(name) is not None

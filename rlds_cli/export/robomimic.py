@@ -17,9 +17,10 @@ What is written (``docs/formats.md``, "robomimic / LIBERO / RoboCasa HDF5"):
   LIBERO's ``init_state``); on ``data``: the source's attributes (``env_args`` and the rest),
   ``total`` counted anew; ``env_args`` made from the recorded environment (``type`` 2, gym) or the
   dataset's name when the source had none.
-* Language instructions held by a step column (an RLDS source's ``language_instruction``, a
-  LeRobot source's tasks): a demo with one instruction gets RoboCasa's ``ep_meta`` ``{"lang": ...}``
-  (unless the source kept an ``ep_meta``), a file whose demos all have the same one LIBERO's
+* Language instructions the source's attributes do not carry (a step column: an RLDS source's
+  ``language_instruction``, a LeRobot source's tasks; a merge of LIBERO files of several tasks):
+  a demo with one instruction gets RoboCasa's ``ep_meta`` ``{"lang": ...}`` (unless the source
+  kept an ``ep_meta``), a file whose demos all have the same one LIBERO's
   ``problem_info`` ``{"language_instruction": ...}``; a demo whose instruction changes mid-demo has
   only the index column (robomimic has no place for a text per step).
 * Filter keys: ``mask/<key>`` for each of the dataset's filter keys, the names of its demos, as
@@ -146,10 +147,10 @@ def export_robomimic(
     chunk = max(1, CHUNK_BYTES // max(row_bytes, 1))
     source = dataset.source_metadata.get("robomimic")
     attrs = dict(source.get("attrs", {})) if isinstance(source, dict) else {}
-    # instructions held by a step column (an RLDS or LeRobot source): RoboCasa's and LIBERO's places
+    # instructions the source's own attributes do not carry (a step column of an RLDS or LeRobot
+    # source, a merge of LIBERO files of several tasks): RoboCasa's and LIBERO's places
     instructions = dataset.instructions
-    if instructions is not None and instructions.step_key is None:
-        instructions = None  # a robomimic source's own ep_meta / problem_info are written back as kept
+    kept = source.get("language_instruction") if isinstance(source, dict) else None  # problem_info's
     langs: set[str | None] = set()  # each demo's one instruction (None: it changes mid-demo)
     # robomimic's dones are int64: a bool next/terminated is written 8 times as wide as it is read
     widened = {"next/terminated": "<i8"}
@@ -194,11 +195,10 @@ def export_robomimic(
                     grp.attrs[what] = _attr(value)
             if instructions is not None and "ep_meta" not in grp.attrs:
                 used = np.unique(instructions.of_steps(dataset, i, slice(start, start + length)))
-                if len(used) == 1:  # one instruction for the demo: RoboCasa's ep_meta["lang"]
-                    langs.add(instructions.texts[int(used[0])])
-                    grp.attrs["ep_meta"] = json.dumps({"lang": instructions.texts[int(used[0])]})
-                else:
-                    langs.add(None)
+                lang = instructions.texts[int(used[0])] if len(used) == 1 else None
+                langs.add(lang)
+                if lang and lang != kept:  # one instruction for the demo: RoboCasa's ep_meta["lang"]
+                    grp.attrs["ep_meta"] = json.dumps({"lang": lang})
             if progress:
                 progress(length)
         for key, mask in masks.items():
@@ -210,7 +210,7 @@ def export_robomimic(
             data.attrs["num_demos"] = len(names)
         if "env_args" not in attrs:
             data.attrs["env_args"] = _env_args(dataset)
-        (lang,) = langs if len(langs) == 1 else (None,)
-        if lang is not None and "problem_info" not in attrs:  # one for every demo: LIBERO's place
-            data.attrs["problem_info"] = json.dumps({"language_instruction": lang})
+        (common,) = langs if len(langs) == 1 else (None,)
+        if common and "problem_info" not in attrs:  # one for every demo: LIBERO's place
+            data.attrs["problem_info"] = json.dumps({"language_instruction": common})
     return out

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli.cache.derive import MEMBER_ARRAY as MEMBER_ARRAY
+from rlds_cli.cache.layout import FILTER_KEYS, MEMBER_ARRAY
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.formats.base import (
     BlockPacker,
@@ -155,7 +155,7 @@ class FileMeta:
         info = meta.get("problem_info")
         if isinstance(info, dict) and isinstance(info.get("language_instruction"), str):
             meta["language_instruction"] = info["language_instruction"]
-        return {"robomimic": meta, "filter_keys": sorted(self.masks)}
+        return {"robomimic": meta, FILTER_KEYS: sorted(self.masks)}
 
 
 def _contradicted_counts(attrs: dict[str, Any], demos: int, steps: int) -> list[str]:

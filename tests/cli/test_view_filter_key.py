@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
@@ -38,3 +41,43 @@ def test_a_range_and_a_filter_key_select_the_episodes_in_both() -> None:
     neither = CliRunner().invoke(app, ["view", "img", "--name", "x"])
     assert neither.exit_code == 2
     assert "--filter-key" in neither.output
+
+
+def test_a_merge_of_files_that_differ_keeps_what_they_share(tmp_path: Path) -> None:
+    """Two robomimic files of one task differ in their step count (``data@total``): the merge
+    kept no filter key (``view --filter-key`` said its source had none), and its robomimic
+    export wrote no mask and a made-up gym ``env_args``."""
+    import h5py
+    import numpy as np
+
+    other = tmp_path / "other.hdf5"
+    shutil.copy(IMAGE, other)
+    with h5py.File(other, "r+") as f:
+        f["data"].attrs["total"] = int(f["data"].attrs["total"]) + 1
+        del f["mask/valid"], f["mask/train"]
+        f["mask/train"] = np.array([b"demo_1"])
+        f["mask/expert"] = np.array([b"demo_0", b"demo_10"])
+    convert(IMAGE, "a")
+    convert(other, "b")
+    assert CliRunner().invoke(app, ["merge", "a", "b", "--name", "ab"]).exit_code == 0
+    merged, a = open_dataset("ab"), open_dataset("a")
+    assert merged.source_metadata["filter_keys"] == ["expert", "train", "valid"]
+    meta = merged.source_metadata["robomimic"]
+    assert meta["env_args"] == a.source_metadata["robomimic"]["env_args"]
+    assert "episodes" not in meta and "total" not in meta["attrs"]  # one file's counts
+    assert meta["attrs"]["env_args"] == a.source_metadata["robomimic"]["attrs"]["env_args"]
+    n = a.num_episodes
+    own = {key: filter_key_episodes(a, key).tolist() for key in ("train", "valid")}
+    assert filter_key_episodes(merged, "train").tolist() == [*own["train"], n + 1]
+    assert filter_key_episodes(merged, "valid").tolist() == own["valid"]  # b has no valid demos
+    assert filter_key_episodes(merged, "expert").tolist() == [n, n + 3]
+    view = CliRunner().invoke(app, ["view", "ab", "--filter-key", "expert", "--name", "ab-expert"])
+    assert view.exit_code == 0, view.output
+    assert open_dataset("ab-expert").num_episodes == 2
+    out = tmp_path / "ab.hdf5"
+    assert CliRunner().invoke(app, ["export", "ab", str(out), "--to", "robomimic"]).exit_code == 0
+    with h5py.File(out) as f, h5py.File(IMAGE) as source:
+        assert sorted(f["mask"]) == ["expert", "train", "valid"]
+        assert [bytes(x) for x in f["mask/expert"][()]] == [b"demo_4", b"demo_7"]
+        assert f["data"].attrs["env_args"] == source["data"].attrs["env_args"]
+        assert int(f["data"].attrs["total"]) == merged.num_steps

@@ -419,3 +419,27 @@ def test_copies_of_a_merge_of_libero_files_keep_each_episodes_instruction(
         assert got is not None and got.episode_task is not None, args
         assert [got.texts[t] for t in got.episode_task] == want, args
         assert runner.invoke(app, ["inspect", args[-1], "--check"]).exit_code == 0, args
+    for name in ("m", "m-ds"):  # robomimic exports wrote no instruction (each demo's in ep_meta now)
+        out = tmp_path / f"{name}.hdf5"
+        assert runner.invoke(app, ["export", name, str(out), "--to", "robomimic"]).exit_code == 0
+        convert(out, f"{name}-back")
+        back = open_dataset(f"{name}-back").instructions
+        assert back is not None and back.episode_task is not None, name
+        assert [back.texts[t] for t in back.episode_task] == want, name
+
+
+def test_a_copy_of_a_merge_of_lerobot_sources_exports_to_lerobot(oxe: Dataset, tmp_path: Path) -> None:
+    """The parents' task tables differ, so the merge kept no LeRobot metadata: a downsample of it
+    took LeRobot's bookkeeping columns for the user's own ('taken twice') and was refused."""
+    for name, episodes in (("v1", "0:2"), ("v2", "2:4")):  # other instructions: other tables
+        assert runner.invoke(app, ["view", "oxe", "-e", episodes, "--name", name]).exit_code == 0
+        export_dataset(open_dataset(name), tmp_path / f"{name}.lerobot", "lerobot")
+        convert(tmp_path / f"{name}.lerobot", f"{name}-L")
+    assert runner.invoke(app, ["merge", "v1-L", "v2-L", "--name", "mL"]).exit_code == 0
+    assert open_dataset("v1-L").source_metadata != open_dataset("v2-L").source_metadata
+    assert runner.invoke(app, ["downsample", "mL", "--every", "2", "--name", "mL1"]).exit_code == 0
+    result = runner.invoke(app, ["export", "mL1", str(tmp_path / "mL1.out"), "--to", "lerobot"])
+    assert result.exit_code == 0, result.output
+    convert(tmp_path / "mL1.out", "mL1-back")
+    assert step_texts(open_dataset("mL1-back")) == step_texts(open_dataset("mL1"))
+    assert set(step_texts(open_dataset("mL1"))) == set(step_texts(open_dataset("mL")))
