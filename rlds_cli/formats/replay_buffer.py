@@ -18,7 +18,9 @@ JPEG-XL image per chunk (numcodecs id ``imagecodecs_jpegxl``). Rules (``docs/for
   ``(H, W, C)``) become frame columns under ``--frames``. An episode's final observation is not
   recorded: it repeats the last step's, ``final_known = false``.
 * **Rewards and flags**: none recorded: ``next/reward`` is 0, every episode ends truncated.
-* Other ``meta/`` arrays go to ``source_metadata.npz`` (``replay_buffer/meta/<key>``).
+* Other ``meta/`` arrays go to ``source_metadata.npz`` (``replay_buffer/meta/<key>``);
+  ``meta/episode_<x>`` holds one row per source episode, cut to the episodes kept (one of
+  another length is left out with a note).
 * Missing chunks (read as the fill value, as upstream) are counted in a note; a chunk that does
   not decode stops the conversion naming the array and rows.
 * ``--episodes A:B`` decodes only the chunks of those episodes' rows.
@@ -37,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli._util.rows import insert_rows
+from rlds_cli.cache.layout import is_episode_array
 from rlds_cli.cache.ted import column, is_numeric
 from rlds_cli.errors import InvalidSelectionError, RldsError, SourceFormatError, SourceNotFoundError
 from rlds_cli.formats.base import (
@@ -465,7 +468,18 @@ class ReplayBufferReader(Reader):
             if not is_numeric(array.dtype):
                 continue
             check_side_array(self.path, f"meta/{key}", shape, array.dtype)
-            out[f"replay_buffer/meta/{key}"] = self._read(array, f"meta/{key}")
+            name = f"replay_buffer/meta/{key}"
+            if is_episode_array(name):  # one row per source episode: the rows of those streamed
+                if not shape or shape[0] != self.report.expected["num_episodes"]:
+                    self.report.notes.append(
+                        f"meta/{key} has {shape[0] if shape else 0} rows for "
+                        f"{self.report.expected['num_episodes']} episodes (an episode_ array has one "
+                        "row per episode): not kept"
+                    )
+                    continue
+                out[name] = self._read(array, f"meta/{key}")[self.episode_ids]
+                continue
+            out[name] = self._read(array, f"meta/{key}")
         return out
 
     def close(self) -> None:

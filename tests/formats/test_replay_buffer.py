@@ -19,6 +19,7 @@ from rlds_cli.cache import open_dataset
 from rlds_cli.errors import MissingExtraError, SourceFormatError
 from rlds_cli.formats import detect_format
 from rlds_cli.formats.replay_buffer import ReplayBufferReader
+from rlds_cli.inspection.validate import check_dataset
 from rlds_cli.sources.convert import convert
 from rlds_cli.testing.contracts import ReaderContract
 from tests.cli_fixtures import download, download_ok
@@ -286,6 +287,35 @@ def test_empty_episode_dropped_and_missing_chunk_reported(tmp_path: Path) -> Non
     assert m.conversion["dropped_episodes"] == 1
     assert any("1 of 4 chunks are not stored" in n for n in m.conversion["notes"])
     assert not ds[:4]["observation/n_contacts"].any()  # zarr's fill value, as upstream reads it
+
+
+def _meta_array(store: Path, key: str, values: np.ndarray) -> None:
+    """Write ``meta/<key>`` (uncompressed, one chunk) as diffusion_policy's zarr v2 lays it out."""
+    folder = store / "meta" / key
+    folder.mkdir()
+    zarray = json.loads((store / "meta" / "episode_ends" / ".zarray").read_text())
+    zarray.update(shape=[len(values)], chunks=[len(values)], compressor=None, filters=None, dtype="<i8")
+    (folder / ".zarray").write_text(json.dumps(zarray))
+    (folder / "0").write_bytes(np.asarray(values, "<i8").tobytes())
+
+
+def test_per_episode_meta_arrays_follow_the_episodes_kept(tmp_path: Path) -> None:
+    """An empty episode dropped: ``meta/episode_<x>`` (one row per source episode) was taken row
+    for row by the episodes kept, so each episode after it read its predecessor's value, and
+    ``inspect --check`` of the fresh conversion reported 4 rows for 3 episodes."""
+    store = copy_fixture("pusht.zarr", tmp_path)
+    _rewrite_ends(store, [4, 4, 10, 15])
+    _meta_array(store, "episode_success", np.array([10, 11, 12, 13]))
+    _meta_array(store, "episode_cut", np.array([1, 2]))  # not one row per episode
+    m = convert(store, "holes").manifest
+    ds = open_dataset("holes")
+    assert [ds.episode_metadata(i)["replay_buffer/meta/success"] for i in range(3)] == [10, 12, 13]
+    assert any("meta/episode_cut has 2 rows for 4 episodes" in n for n in m.conversion["notes"])
+    assert check_dataset(ds).ok
+    download_ok(store, "window", "--episodes", "1:3")
+    window = open_dataset("window")
+    assert window.episodes["source_id"].tolist() == [2, 3]
+    assert [window.episode_metadata(i)["replay_buffer/meta/success"] for i in range(2)] == [12, 13]
 
 
 def test_episodes_window_decodes_only_its_rows(tmp_path: Path) -> None:
