@@ -9,8 +9,10 @@ pinning each parent's version, through a :class:`~rlds_cli.cache.transaction.Cac
 :class:`~rlds_cli.cache.builder.DatasetBuilder` (``N / k`` rows; frames copied as stored). Step ``i``
 covers the parent's steps ``[i*k, min(i*k + k, L))``: every key is the window's first step's,
 except ``next/reward`` (summed), ``next/terminated`` and ``next/truncated`` (any step's), and
-other ``next/...`` keys (the last step's). Its next observation is the next window's first or
-the episode's final one; an episode of ``L`` steps keeps ``ceil(L / k)``.
+other ``next/...`` keys and the sources' own keys of what follows a step (LeRobot's
+``info/next.success``, robomimic's ``info/dones``: :func:`after_step`) the last step's. Its next
+observation is the next window's first or the episode's final one; an episode of ``L`` steps
+keeps ``ceil(L / k)``.
 
 A kill at any point leaves the parents intact and nothing published.
 """
@@ -372,6 +374,17 @@ BLOCK_BYTES = 64 << 20
 #: Step keys summed over a window, and keys true where any step of the window is.
 SUMMED = ("next/reward",)
 FLAGS = ("next/terminated", "next/truncated")
+#: Sources' own keys of what follows a step (LeRobot's ``next.success``, ``next.done``;
+#: robomimic's ``dones``): the window's last step's, as TED's ``next/...`` keys.
+AFTER_STEP_NAMES = ("dones",)
+AFTER_STEP_PREFIX = "next."
+
+
+def after_step(key: str) -> bool:
+    """Whether ``key`` holds what follows its step (``next/...``, :data:`AFTER_STEP_NAMES`,
+    names from :data:`AFTER_STEP_PREFIX`), so a window takes its last step's."""
+    leaf = key.rpartition("/")[2]
+    return key.startswith("next/") or leaf in AFTER_STEP_NAMES or leaf.startswith(AFTER_STEP_PREFIX)
 
 
 def downsample_dataset(
@@ -602,7 +615,7 @@ def _window_block(
             steps[key] = _window_sums(source, key, rows, win_first, every)
         elif key in FLAGS:
             steps[key] = np.logical_or.reduceat(rows.astype(bool), win_first, axis=0)
-        elif key.startswith("next/"):
+        elif after_step(key):
             steps[key] = rows[win_last]
         else:
             steps[key] = rows[win_first]

@@ -381,3 +381,30 @@ def test_an_unpublished_selection_of_a_merged_dataset_says_to_publish_one(ab: tu
         select_episodes(open_dataset("ab"), [0])
     create_selection("ab", "ab-first", [0])  # the published one is a composed dataset
     assert open_dataset("ab-first").manifest.layout == COMPOSED_LAYOUT
+
+
+def test_downsample_keeps_what_follows_each_window_from_its_last_step(tmp_path: Path) -> None:
+    """LeRobot's ``next.success`` (and robomimic's ``dones``) describe what follows a step: a
+    window took its first step's, so every successful episode of the upstream fixture read
+    all-False after ``--every 2`` while its last step was terminated."""
+    pytest.importorskip("pyarrow")
+    from rlds_cli.sources.convert import convert
+    from tests.lerobot_fixtures import FIXTURE
+
+    convert(FIXTURE, "lr")
+    parent = open_dataset("lr")
+    assert "info/next.success" in parent.stored_fields
+    downsample_dataset("lr", "half", 2)
+    half = open_dataset("half")
+    for ds in (parent, half):
+        last = ds.episodes["start"] + ds.episodes["length"] - 1
+        success = np.asarray(ds.column("info/next.success")[:]).reshape(
+            len(ds.column("info/next.success")), -1
+        )
+        if ds is parent:
+            want = success[last].any(axis=1)
+            assert want.any()  # the fixture has successful episodes
+        else:
+            assert success[last].any(axis=1).tolist() == want.tolist()
+            done = np.asarray(ds.column("next/terminated")[:]).reshape(-1)
+            assert done[last].tolist() == want.tolist()
