@@ -24,7 +24,8 @@ conventions below over every command.
   line; `RLDS_DEBUG=1` shows the traceback instead), a failed check (`inspect --check`,
   `verify`) or a declined confirmation (`rm` answered "n": `kept NAME: nothing was removed`);
   `2` a usage error (unknown command or option, a missing or malformed argument: click's
-  message, no hint); `130` interrupted (Ctrl-C), with nothing published. A reader that closes
+  message, no hint); `130` interrupted (Ctrl-C), `143` terminated (SIGTERM: `kill`, `timeout`, SLURM), with
+  nothing published and no temporary file left. A reader that closes
   the pipe early (`rlds list -q | head -1`) ends the output, not the command: the rest goes
   nowhere and the exit code is the command's own.
 - **Options every command has.** `-h/--help`; `--json` (one JSON document on stdout, nothing

@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from rlds_cli import settings
+from rlds_cli._util import signals
 from rlds_cli._util.io import fsync_tree
 from rlds_cli._util.locks import is_timeout
 from rlds_cli.cache.layout import COMPOSED_LAYOUT, VIEW_LAYOUT, validate_name
@@ -175,6 +176,7 @@ class CacheTransaction:
 
     def publish(self) -> Path:
         """Publish the sealed build under the name; returns the published directory."""
+        signals.raise_if_interrupted()  # one a library's cleanup dropped: nothing is published
         final = self.cache.publish(self.build_dir, self.name, replace=self.replace, fsync=self.fsync)
         self._committed = True
         return final

@@ -87,8 +87,11 @@ def main() -> None:
     import os
     import warnings
 
+    from rlds_cli._util import signals
     from rlds_cli._util.cpus import quiet_blas
     from rlds_cli.cli import output
+
+    signals.install()
 
     # the Hub client logs every retry on stderr, even when the command then succeeds; rlds
     # reports failures itself (HF_HUB_VERBOSITY=warning brings them back)
@@ -99,6 +102,9 @@ def main() -> None:
     output.configure_logging(0)
     try:
         app()
+    except KeyboardInterrupt:  # outside a command (its arguments being read): nothing was started
+        output.error("interrupted")
+        raise SystemExit(signals.exit_code()) from None
     finally:
         # frozen objects are skipped by the shutdown's collections (~80 ms of a 1.1 s
         # `rlds download`); files are closed (datasets published) by the commands, never by gc

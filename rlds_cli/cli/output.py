@@ -45,6 +45,7 @@ from rich.text import Text
 from typer._click.exceptions import ClickException  # typer vendors click: its usage errors
 
 from rlds_cli import settings
+from rlds_cli._util import signals
 from rlds_cli._util.io import named_by_temp
 from rlds_cli.errors import (
     GYMNASIUM_INSTALL,
@@ -486,13 +487,22 @@ def handle_errors(func: F) -> F:
                 raise _unexpected(exc) from None
             error(known.message, known.hint)
             raise typer.Exit(1) from None
-        except KeyboardInterrupt:
-            error("interrupted; nothing was published")
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as exc:
+            what, code = interruption(exc)
+            error(f"{what}; nothing was published")
+            raise typer.Exit(code) from None
         except Exception as exc:
             raise _unexpected(exc) from None
 
     return cast(F, wrapper)  # functools.wraps: the same call signature as func
+
+
+def interruption(exc: KeyboardInterrupt) -> tuple[str, int]:
+    """What stopped a command (``"interrupted"`` by Ctrl-C, ``"terminated (SIGTERM)"``) and its
+    exit code (130, 143): the signal received, else the exception's kind."""
+    if isinstance(exc, signals.Terminated) or signals.exit_code() == 143:
+        return "terminated (SIGTERM)", 143
+    return "interrupted", 130
 
 
 def _path_gone(exc: OSError) -> RldsError | None:

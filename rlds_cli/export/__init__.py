@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli._util import signals
 from rlds_cli._util.io import check_disk, exchange, temp_path, temp_paths_of
 from rlds_cli._util.lazy import resolve
 from rlds_cli._util.locks import pid_alive
@@ -320,6 +321,7 @@ def atomic_target(
             if is_disk_full(exc):  # the OS error names no file, or the temporary one
                 raise DiskFullError(f"no space left on the device writing {out}", hint=_DISK_HINT) from None
             raise
+        signals.raise_if_interrupted()  # one a library's cleanup dropped: the export is not placed
         _replace(out, tmp, overwrite=overwrite)
     except BaseException:
         _remove(tmp)

@@ -64,6 +64,16 @@ def _thread_limits(threads: int) -> Iterator[None]:
             os.environ.pop(name, None)
 
 
+@contextlib.contextmanager
+def sigint_held() -> Iterator[None]:
+    """SIGINT blocked in this thread (a process started meanwhile inherits the block)."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def _claim(counter: Any, num_tasks: int, held: Any = None, slot: int = 0) -> int:
     """Position of the next unclaimed task, or -1 when none is left; recorded in ``held[slot]``
     under the same lock, so a worker that dies can be named with its chunk."""
@@ -148,7 +158,11 @@ class LocalPool:
                         args=(theirs, self._counter, self._held, slot, preload),
                         name=f"rlds-preprocess-{slot + 1}",
                     )
-                    proc.start()
+                    # started with Ctrl-C held back: it reaches the whole process group, and a
+                    # worker still importing would print its traceback (the worker ignores it,
+                    # once started); here it is delivered when the start returns
+                    with sigint_held():
+                        proc.start()
                     theirs.close()
                     self._conns.append(ours)
                     self._procs.append(proc)

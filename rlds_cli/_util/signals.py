@@ -1,0 +1,72 @@
+"""The command line's interruptions: Ctrl-C (SIGINT) and SIGTERM (``kill``, ``timeout``, ``docker
+stop``, SLURM) raise :class:`KeyboardInterrupt` in the command, so the same cleanup runs for both
+(temporary files removed, nothing published) and the command says so in one line.
+
+Installed by the ``rlds`` entry point only: the library leaves a program's signals to it. An
+interruption is also remembered: one raised inside a library's cleanup is dropped there (h5py's
+object cleanup prints "Exception ignored" and goes on), so :func:`raise_if_interrupted` raises it
+again before anything is published.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM received: handled as Ctrl-C is (a :class:`KeyboardInterrupt`)."""
+
+
+_received: int | None = None
+_owner: int | None = None
+_previous_hook: Callable[[Any], object] = sys.unraisablehook
+
+
+def install() -> None:
+    """Make SIGINT and SIGTERM interruptions of this process (see the module docstring)."""
+    global _owner
+    _owner = os.getpid()
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    if sys.unraisablehook is not _unraisable:
+        global _previous_hook
+        _previous_hook = sys.unraisablehook
+        sys.unraisablehook = _unraisable
+
+
+def _unraisable(unraisable: Any) -> None:
+    """Python's report of an exception it drops ("Exception ignored in ..."): silent for an
+    interruption (remembered, and raised again: :func:`raise_if_interrupted`)."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        return
+    _previous_hook(unraisable)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    global _received
+    if os.getpid() != _owner:  # a forked child: Python's own handling (a pool's terminate())
+        if signum == signal.SIGINT:
+            signal.signal(signum, signal.default_int_handler)
+            raise KeyboardInterrupt
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    _received = signum
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def exit_code() -> int:
+    """The exit code of a command this interruption stopped: 128 + the signal's number (143 for
+    SIGTERM, else 130, Ctrl-C's), as a shell reports it."""
+    return 143 if _received == signal.SIGTERM else 130
+
+
+def raise_if_interrupted() -> None:
+    """Raise the interruption received (see the module docstring); nothing when none was."""
+    if _received is not None:
+        raise Terminated() if _received == signal.SIGTERM else KeyboardInterrupt()

@@ -1,0 +1,109 @@
+"""Ctrl-C and SIGTERM stop a command in one line, with nothing published or left behind: each
+signal is sent by the command's own process at a known step (``rlds_cli._util.signals``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from rlds_cli.preprocess.pool import sigint_held
+from tests.d4rl_fixtures import golden_three_episodes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# the command as the `rlds` entry point runs it, after the lines each test puts before it
+_MAIN = "from rlds_cli.cli import main\nsys.argv = ['rlds', *sys.argv[1:]]\nmain()\n"
+
+
+def _rlds(home: Path, before: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RLDS_HOME": str(home), "NO_COLOR": "1", "RLDS_FSYNC": "0"}
+    code = f"import os, signal, sys\n{before}\n{_MAIN}"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+    )
+
+
+def _leftovers(home: Path) -> list[str]:
+    tmp = home / "tmp"
+    return sorted(p.name for p in tmp.iterdir()) if tmp.is_dir() else []
+
+
+def test_sigterm_during_a_conversion_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    """SIGTERM (kill, timeout, docker stop, SLURM) had no handler: the command died without a
+    word (143) and left its half-built dataset in the cache's tmp/."""
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=False)
+    before = (
+        "from rlds_cli.cache.builder import DatasetBuilder\n"
+        "real = DatasetBuilder.append\n"
+        "def append(self, *a, **k):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return real(self, *a, **k)\n"
+        "DatasetBuilder.append = append\n"
+    )
+    home = tmp_path / "home"
+    done = _rlds(home, before, "download", str(source), "--name", "g")
+    assert done.returncode == 143, done.stderr
+    assert done.stderr == "error: terminated (SIGTERM); nothing was published\n"
+    assert _leftovers(home) == [] and not (home / "datasets" / "g").exists()
+    again = _rlds(home, "", "download", str(source), "--name", "g")
+    assert again.returncode == 0, again.stderr
+
+
+def test_an_interrupt_a_library_drops_still_stops_the_export(tmp_path: Path) -> None:
+    """Ctrl-C landing in h5py's object cleanup is dropped there ("Exception ignored in ..."): the
+    robomimic export went on, placed its file and exited 0."""
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=False)
+    home = tmp_path / "home"
+    assert _rlds(home, "", "download", str(source), "--name", "g").returncode == 0
+    before = (
+        "import h5py\n"
+        "class Dropped:\n"
+        "    def __del__(self):\n"  # the handler's KeyboardInterrupt is raised here, and dropped
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        for _ in range(10000): pass\n"
+        "real = h5py.Group.create_group\n"
+        "def create_group(self, *a, **k):\n"
+        "    Dropped()\n"
+        "    return real(self, *a, **k)\n"
+        "h5py.Group.create_group = create_group\n"
+    )
+    out = tmp_path / "out.hdf5"
+    done = _rlds(home, before, "export", "g", str(out), "--to", "robomimic")
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "error: interrupted; nothing was published\n"  # no "Exception ignored"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["golden.hdf5", "home"]
+
+
+def test_ctrl_c_while_the_commands_are_imported_is_one_line(tmp_path: Path) -> None:
+    """The first tenths of a second (the commands' imports) printed a 30-line traceback."""
+    before = (
+        "class Stop:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'rlds_cli.cli.app':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Stop())\n"
+    )
+    done = _rlds(tmp_path / "home", before, "list")
+    assert (done.returncode, done.stderr) == (130, "error: interrupted\n")
+
+
+def _blocked(queue: object) -> None:
+    queue.put(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))  # type: ignore[attr-defined]
+
+
+def test_preprocess_workers_start_with_ctrl_c_held_back() -> None:
+    """Ctrl-C reaches the whole process group: a worker still importing printed its traceback
+    above the command's one line. A worker starts with it blocked (it ignores it once started)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    with sigint_held():
+        proc = ctx.Process(target=_blocked, args=(queue,))
+        proc.start()
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # this process: as before
+    assert queue.get(timeout=60) is True
+    proc.join(60)
