@@ -571,7 +571,14 @@ def filtered_dataset(dataset: Dataset, key: str) -> SelectedDataset:
     Raises:
         InvalidSelectionError: As :func:`filter_key_episodes`.
     """
-    return select_episodes(dataset, filter_key_episodes(dataset, key), name=f"{dataset.name}[{key}]")
+    ids = filter_key_episodes(dataset, key)
+    if dataset.manifest.layout == COMPOSED_LAYOUT:  # selected by publishing (view_manifest)
+        raise InvalidSelectionError(
+            f"dataset {dataset.name!r} is composed (merged or trimmed): its filter key {key!r} is "
+            "selected by publishing a view of it",
+            hint=f"rlds view {dataset.name} --filter-key {key} --name N, then use N",
+        )
+    return select_episodes(dataset, ids, name=f"{dataset.name}[{key}]")
 
 
 def selection(

@@ -81,3 +81,19 @@ def test_a_merge_of_files_that_differ_keeps_what_they_share(tmp_path: Path) -> N
         assert [bytes(x) for x in f["mask/expert"][()]] == [b"demo_4", b"demo_7"]
         assert f["data"].attrs["env_args"] == source["data"].attrs["env_args"]
         assert int(f["data"].attrs["total"]) == merged.num_steps
+
+
+def test_a_loader_of_a_merges_filter_key_says_how_to_take_it(tmp_path: Path) -> None:
+    from rlds_cli.cache.derive import filtered_dataset
+    from rlds_cli.errors import InvalidSelectionError
+
+    convert(IMAGE, "a")
+    assert CliRunner().invoke(app, ["trim", "a", "--end", "1", "--name", "cut"]).exit_code == 0
+    try:
+        filtered_dataset(open_dataset("cut"), "train")
+    except InvalidSelectionError as exc:
+        assert exc.hint == "rlds view cut --filter-key train --name N, then use N"
+    else:
+        raise AssertionError("a composed dataset's filter key was selected in memory")
+    assert CliRunner().invoke(app, ["view", "cut", "--filter-key", "train", "--name", "N"]).exit_code == 0
+    assert open_dataset("N").num_episodes == len(filter_key_episodes(open_dataset("a"), "train"))
