@@ -48,6 +48,7 @@ def _unraisable(unraisable: Any) -> None:
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """The handler :func:`install` sets: remember the signal, raise it as an interruption."""
     global _received
     if os.getpid() != _owner:  # a forked child: Python's own handling (a pool's terminate())
         if signum == signal.SIGINT:
@@ -67,6 +68,8 @@ def exit_code() -> int:
 
 
 def raise_if_interrupted() -> None:
-    """Raise the interruption received (see the module docstring); nothing when none was."""
-    if _received is not None:
-        raise Terminated() if _received == signal.SIGTERM else KeyboardInterrupt()
+    """Raise the interruption received (see the module docstring), once; nothing when none was."""
+    global _received
+    signum, _received = _received, None
+    if signum is not None:
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()

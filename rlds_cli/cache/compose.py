@@ -475,7 +475,9 @@ def copied_metadata(source: Dataset) -> tuple[dict[str, Any], Instructions | Non
     found = source.instructions if merged else None
     if found is None or found.step_key is None:
         return meta, None
-    return {**meta, "rlds": {"text": {found.step_key: list(found.texts)}}}, found
+    rlds = dict(meta.get("rlds") or {})  # a section every parent has alike keeps its other tables
+    rlds["text"] = {**dict(rlds.get("text") or {}), found.step_key: list(found.texts)}
+    return {**meta, "rlds": rlds}, found
 
 
 def copied_source_arrays(source: Dataset) -> dict[str, np.ndarray]:

@@ -169,6 +169,8 @@ class ComposedDataset(Dataset):
         source's views), else what they all say alike (:func:`agreed_metadata`): one source's
         facts (task texts, text tables, spaces) do not describe another's rows."""
         metas = [ds.source_metadata for ds in self.segment_datasets()]
+        if not metas:
+            return {}
         return metas[0] if self.parents_agree else agreed_metadata(metas)
 
     @property

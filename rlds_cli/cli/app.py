@@ -91,8 +91,6 @@ def main() -> None:
     from rlds_cli._util.cpus import quiet_blas
     from rlds_cli.cli import output
 
-    signals.install()
-
     # the Hub client logs every retry on stderr, even when the command then succeeds; rlds
     # reports failures itself (HF_HUB_VERBOSITY=warning brings them back)
     os.environ.setdefault("HF_HUB_VERBOSITY", "error")

@@ -66,7 +66,8 @@ def _thread_limits(threads: int) -> Iterator[None]:
 
 @contextlib.contextmanager
 def sigint_held() -> Iterator[None]:
-    """SIGINT blocked in this thread (a process started meanwhile inherits the block)."""
+    """SIGINT blocked in this thread (a process started meanwhile inherits the block); one that
+    arrived meanwhile is delivered (raised) when the block ends."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
@@ -160,12 +161,12 @@ class LocalPool:
                     )
                     # started with Ctrl-C held back: it reaches the whole process group, and a
                     # worker still importing would print its traceback (the worker ignores it,
-                    # once started); here it is delivered when the start returns
+                    # once started); here it is delivered once the worker is one close() stops
                     with sigint_held():
                         proc.start()
+                        self._conns.append(ours)
+                        self._procs.append(proc)
                     theirs.close()
-                    self._conns.append(ours)
-                    self._procs.append(proc)
         except BaseException:
             self.close()
             raise

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rlds_cli.preprocess.pool import sigint_held
 from tests.d4rl_fixtures import golden_three_episodes
 
@@ -107,3 +109,39 @@ def test_preprocess_workers_start_with_ctrl_c_held_back() -> None:
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # this process: as before
     assert queue.get(timeout=60) is True
     proc.join(60)
+
+
+def test_an_interruption_a_library_dropped_is_raised_again_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remembered for good, one Ctrl-C made every later publish of the process fail."""
+    from rlds_cli._util import signals
+
+    monkeypatch.setattr(signals, "_received", signal.SIGTERM)
+    with pytest.raises(signals.Terminated):
+        signals.raise_if_interrupted()
+    signals.raise_if_interrupted()  # raised once: nothing now
+
+
+def test_the_application_leaves_the_signals_to_its_caller() -> None:
+    """Only the `rlds` entry point installs handlers: rlds_cli.cli.app.main, called in a thread
+    of another program, failed ("signal only works in main thread") and replaced its handlers."""
+    import threading
+
+    from rlds_cli.cli.app import main
+
+    before = signal.getsignal(signal.SIGTERM)
+    codes: list[object] = []
+
+    def run() -> None:
+        argv = sys.argv
+        try:
+            sys.argv = ["rlds", "--version"]
+            main()
+        except SystemExit as exc:
+            codes.append(exc.code)
+        finally:
+            sys.argv = argv
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(60)
+    assert codes in ([0], [None]) and signal.getsignal(signal.SIGTERM) == before
