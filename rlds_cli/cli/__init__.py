@@ -6,7 +6,13 @@ from __future__ import annotations
 def main() -> None:
     """The ``rlds`` entry point: Ctrl-C and SIGTERM are interruptions from the first moment
     (:mod:`rlds_cli._util.signals`), before the application's imports, then
-    :func:`rlds_cli.cli.app.main`."""
+    :func:`rlds_cli.cli.app.main`. An interrupted command, once it has said so, ends the process
+    without waiting for threads blocked in a read (a stalled server: up to the read timeout); a
+    signal after the command's end is ignored (it can stop nothing, and killed the process
+    without a word)."""
+    import contextlib
+    import os
+    import signal
     import sys
 
     from rlds_cli._util import signals
@@ -17,4 +23,15 @@ def main() -> None:
     except KeyboardInterrupt:  # while the commands are imported: nothing was started
         sys.stderr.write("error: interrupted\n")
         raise SystemExit(signals.exit_code()) from None
-    run_app()
+    try:
+        run_app()
+    except SystemExit as exc:
+        if isinstance(exc.code, int) and exc.code in (130, 143):
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(exc.code)
+        raise
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)

@@ -489,12 +489,28 @@ def handle_errors(func: F) -> F:
             raise typer.Exit(1) from None
         except KeyboardInterrupt as exc:
             what, code = interruption(exc)
-            error(f"{what}; nothing was published")
+            said, hint = INTERRUPTED.get(func.__name__, ("nothing was published", ""))
+            error(f"{what}; {said}", hint)
             raise typer.Exit(code) from None
         except Exception as exc:
             raise _unexpected(exc) from None
 
     return cast(F, wrapper)  # functools.wraps: the same call signature as func
+
+
+#: What an interrupted command says where "nothing was published" may not hold (and a hint):
+#: a push whose commit reached the remote before its answer came back; a demo's dataset, made
+#: before its loader ran.
+INTERRUPTED = {
+    "push": (
+        "the remote holds the earlier version or this one whole, never a part",
+        "run the same push again: it uploads only what is missing",
+    ),
+    "demo": (
+        "a dataset made before the interruption stays ('rlds list')",
+        "run the same command again: it reuses what is made",
+    ),
+}
 
 
 def interruption(exc: KeyboardInterrupt) -> tuple[str, int]:

@@ -163,12 +163,15 @@ def fetch_files(
         if failed is not None:
             stop.set()
             failed.result()  # raises it
-        return [f.result() for f in futures]
-    except BaseException:
+        results = [f.result() for f in futures]
+    except BaseException as exc:
         stop.set()  # running downloads stop at their next chunk, keeping their .part
+        # an interruption does not wait for a worker blocked in a read of a stalled server (up to
+        # the read timeout): the rlds entry point ends the process once it has said so
+        pool.shutdown(wait=not isinstance(exc, KeyboardInterrupt), cancel_futures=True)
         raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    pool.shutdown(wait=True)
+    return results
 
 
 class _Cancelled(Exception):

@@ -561,6 +561,23 @@ def test_keyboard_interrupt_exits_130(monkeypatch: pytest.MonkeyPatch, golden_fi
     assert result.stderr.splitlines()[0] == "error: interrupted; nothing was published"
 
 
+def test_an_interrupted_push_does_not_say_nothing_was_published(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its commit may have reached the remote before the answer came back: the remote then holds
+    the whole dataset, which 'nothing was published' denied."""
+    import rlds_cli.remote.transfer
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rlds_cli.remote.transfer, "push", interrupted)
+    result = invoke("push", "anything", "s3://bucket/x")
+    assert result.exit_code == 130
+    assert result.stderr.splitlines() == [
+        "error: interrupted; the remote holds the earlier version or this one whole, never a part",
+        "hint: run the same push again: it uploads only what is missing",
+    ]
+
+
 # --------------------------------------------------------------------------- app-level
 
 

@@ -145,3 +145,64 @@ def test_the_application_leaves_the_signals_to_its_caller() -> None:
     thread.start()
     thread.join(60)
     assert codes in ([0], [None]) and signal.getsignal(signal.SIGTERM) == before
+
+
+_STALLING_SERVER = """
+import sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class Stall(BaseHTTPRequestHandler):
+    def log_message(self, *args): pass
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "10000000")
+        self.end_headers()
+        self.wfile.write(b"\\0" * 100_000)
+        self.wfile.flush()
+        time.sleep(600)
+server = ThreadingHTTPServer(("127.0.0.1", 0), Stall)
+server.daemon_threads = True
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def test_ctrl_c_stops_a_download_of_several_files_from_a_stalled_server(tmp_path: Path) -> None:
+    """Each file's worker waits in a read until the read timeout (60 s): Ctrl-C and SIGTERM
+    said so at once and then waited that long, a second Ctrl-C too."""
+    import time
+
+    server = subprocess.Popen([sys.executable, "-c", _STALLING_SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())  # type: ignore[union-attr]
+        files = "".join(
+            f'[[dataset.files]]\nname = "{n}.hdf5"\nurls = ["http://127.0.0.1:{port}/{n}.hdf5"]\n'
+            "size = 10000000\n"
+            for n in "ab"
+        )
+        registry = tmp_path / "registry.toml"
+        registry.write_text(
+            '[[dataset]]\nid = "stall-v0"\nformat = "d4rl"\ndescription = "two stalling files"\n'
+            f'license = "CC0-1.0"\nurl_status = "literal"\n\n{files}'
+        )
+        for signum, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+            home = tmp_path / f"home-{code}"
+            env = {**os.environ, "RLDS_HOME": str(home), "RLDS_REGISTRY": str(registry), "NO_COLOR": "1"}
+            env["RLDS_HTTP_TIMEOUT"] = "300"  # far past the test's own timeout
+            proc = subprocess.Popen(
+                [sys.executable, "-c", f"import sys\n{_MAIN}", "download", "stall-v0"],
+                stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, start_new_session=True,
+            )  # fmt: skip
+            deadline = time.monotonic() + 60
+            while len(list(home.rglob("*.part"))) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)  # both workers are in a read of the stalled server
+            os.killpg(proc.pid, signum)
+            try:
+                _, err = proc.communicate(timeout=30)  # before: only after the read timeout
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+            assert proc.returncode == code, err
+            assert err.splitlines()[0].startswith("error: "), err
+    finally:
+        server.kill()
+        server.wait()
