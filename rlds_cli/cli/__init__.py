@@ -7,9 +7,9 @@ def main() -> None:
     """The ``rlds`` entry point: Ctrl-C and SIGTERM are interruptions from the first moment
     (:mod:`rlds_cli._util.signals`), before the application's imports, then
     :func:`rlds_cli.cli.app.main`. An interrupted command, once it has said so, ends the process
-    without waiting for threads blocked in a read (a stalled server: up to the read timeout); a
-    signal after the command's end is ignored (it can stop nothing, and killed the process
-    without a word)."""
+    without waiting for threads still running (one blocked in a read of a stalled server waits
+    for the read timeout); a signal after the command's end is ignored (it can stop nothing, and
+    killed the process without a word)."""
     import contextlib
     import os
     import signal
@@ -26,7 +26,7 @@ def main() -> None:
     try:
         run_app()
     except SystemExit as exc:
-        if isinstance(exc.code, int) and exc.code in (130, 143):
+        if isinstance(exc.code, int) and exc.code in (130, 143) and _threads_left():
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()
@@ -35,3 +35,11 @@ def main() -> None:
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, signal.SIG_IGN)
+
+
+def _threads_left() -> bool:
+    """Whether a thread the interpreter would wait for at exit is still running."""
+    import threading
+
+    main = threading.main_thread()
+    return any(t is not main and t.is_alive() and not t.daemon for t in threading.enumerate())
