@@ -61,10 +61,16 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
-def exit_code() -> int:
-    """The exit code of a command this interruption stopped: 128 + the signal's number (143 for
-    SIGTERM, else 130, Ctrl-C's), as a shell reports it."""
-    return 143 if _received == signal.SIGTERM else 130
+#: Exit codes of an interrupted command: 128 + the signal's number, as a shell reports it.
+INTERRUPTED_EXIT, TERMINATED_EXIT = 128 + signal.SIGINT, 128 + signal.SIGTERM
+
+
+def exit_code(exc: BaseException | None = None) -> int:
+    """The exit code of a command the interruption ``exc`` (or the signal received) stopped:
+    :data:`TERMINATED_EXIT` for SIGTERM, else :data:`INTERRUPTED_EXIT` (Ctrl-C's). The signal
+    counts where a command raised an interruption of its own after catching SIGTERM's."""
+    term = isinstance(exc, Terminated) or _received == signal.SIGTERM
+    return TERMINATED_EXIT if term else INTERRUPTED_EXIT
 
 
 def raise_if_interrupted() -> None:

@@ -171,14 +171,13 @@ class ComposedDataset(Dataset):
         metas = [ds.source_metadata for ds in self.segment_datasets()]
         if not metas:
             return {}
-        return metas[0] if self.parents_agree else agreed_metadata(metas)
+        return metas[0] if _all_same(metas) else agreed_metadata(metas)
 
     @property
     def parents_agree(self) -> bool:
         """Whether every parent has the same source metadata (then it is this dataset's, and
         carries the parents' instructions as they are)."""
-        metas = [ds.source_metadata for ds in self.segment_datasets()]
-        return all(m == metas[0] for m in metas[1:])
+        return _all_same([ds.source_metadata for ds in self.segment_datasets()])
 
     @property
     def source_arrays(self) -> dict[str, np.ndarray]:
@@ -377,6 +376,10 @@ class CutEnds:
 _BY_ENTRY = {("robomimic",), ("robomimic", "attrs"), ("lerobot",)}
 #: Entries of those sections that count one source's rows: no merge of several holds that count.
 _SOURCE_COUNTS = frozenset({"episodes", "total", "num_demos"})
+
+
+def _all_same(metas: list[dict[str, Any]]) -> bool:
+    return all(m == metas[0] for m in metas[1:])
 
 
 def agreed_metadata(metas: list[dict[str, Any]], path: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -26,7 +26,8 @@ def main() -> None:
     try:
         run_app()
     except SystemExit as exc:
-        if isinstance(exc.code, int) and exc.code in (130, 143) and _threads_left():
+        interrupted = (signals.INTERRUPTED_EXIT, signals.TERMINATED_EXIT)
+        if isinstance(exc.code, int) and exc.code in interrupted and _threads_left():
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()

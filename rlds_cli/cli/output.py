@@ -498,10 +498,15 @@ def handle_errors(func: F) -> F:
     return cast(F, wrapper)  # functools.wraps: the same call signature as func
 
 
-#: What an interrupted command says where "nothing was published" may not hold (and a hint):
-#: a push whose commit reached the remote before its answer came back; a demo's dataset, made
-#: before its loader ran.
+#: What an interrupted command says beside "interrupted", and its hint, where the default
+#: ("nothing was published", no hint) says too little or too much: preprocess keeps its finished
+#: chunks; a push's commit may reach the remote before its answer comes back; a demo's dataset is
+#: made before its loader runs.
 INTERRUPTED = {
+    "preprocess": (
+        "nothing was published",
+        "run the same command with --resume to keep the chunks that finished",
+    ),
     "push": (
         "the remote holds the earlier version or this one whole, never a part",
         "run the same push again: it uploads only what is missing",
@@ -515,10 +520,9 @@ INTERRUPTED = {
 
 def interruption(exc: KeyboardInterrupt) -> tuple[str, int]:
     """What stopped a command (``"interrupted"`` by Ctrl-C, ``"terminated (SIGTERM)"``) and its
-    exit code (130, 143): the signal received, else the exception's kind."""
-    if isinstance(exc, signals.Terminated) or signals.exit_code() == 143:
-        return "terminated (SIGTERM)", 143
-    return "interrupted", 130
+    exit code (:func:`~rlds_cli._util.signals.exit_code`)."""
+    code = signals.exit_code(exc)
+    return ("terminated (SIGTERM)" if code == signals.TERMINATED_EXIT else "interrupted"), code
 
 
 def _path_gone(exc: OSError) -> RldsError | None:

@@ -173,13 +173,6 @@ def preprocess(
         if exc.user_traceback:
             output.err_console.print(Text(exc.user_traceback.rstrip()), soft_wrap=True)
         raise
-    except KeyboardInterrupt as exc:
-        what, code = output.interruption(exc)
-        output.error(
-            f"{what}; nothing was published",
-            "run the same command with --resume to keep the chunks that finished",
-        )
-        raise typer.Exit(code) from None
     if force and not result.reused and result.url is None:
         output.warn_stale_children(root, result.manifest.name)
     _show_result(result, json, quiet)

@@ -123,6 +123,7 @@ METADATA_CACHE_BYTES = 4 << 20
 
 
 def _small_metadata_cache(f: Any) -> None:
+    """Hold the open file ``f``'s HDF5 metadata cache to :data:`METADATA_CACHE_BYTES`."""
     config = f.id.get_mdc_config()
     config.set_initial_size = True
     config.initial_size = min(config.initial_size, METADATA_CACHE_BYTES)

@@ -561,6 +561,24 @@ def test_keyboard_interrupt_exits_130(monkeypatch: pytest.MonkeyPatch, golden_fi
     assert result.stderr.splitlines()[0] == "error: interrupted; nothing was published"
 
 
+def test_an_interrupted_preprocess_says_how_to_keep_its_chunks(
+    monkeypatch: pytest.MonkeyPatch, golden_file: Path
+) -> None:
+    import rlds_cli.preprocess
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    assert invoke("download", golden_file, "--name", "g").exit_code == 0
+    monkeypatch.setattr(rlds_cli.preprocess, "run", interrupted)
+    result = invoke("preprocess", "g", "--fn", "tests.preprocess_fns:identity", "--name", "out")
+    assert result.exit_code == 130
+    assert result.stderr.splitlines() == [
+        "error: interrupted; nothing was published",
+        "hint: run the same command with --resume to keep the chunks that finished",
+    ]
+
+
 def test_an_interrupted_push_does_not_say_nothing_was_published(monkeypatch: pytest.MonkeyPatch) -> None:
     """Its commit may have reached the remote before the answer came back: the remote then holds
     the whole dataset, which 'nothing was published' denied."""
