@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from rlds_cli.cache import open_dataset
-from rlds_cli.cache.derive import filtered_dataset
+from rlds_cli.cache.compose import merge_datasets
+from rlds_cli.cache.derive import create_selection, filter_key_episodes, filtered_dataset
 from rlds_cli.export import export_dataset
 from rlds_cli.sources.convert import convert
 from tests.robomimic_fixtures import ALL, IMAGE
@@ -44,11 +45,12 @@ def _sequence_dataset(path: Path, filter_key: str | None) -> tuple[Any, list[str
     return seq, obs_keys, has_next
 
 
-def _diffs(path: Path, ds: Any, filter_key: str | None) -> list[str]:
-    """Every difference between ``ds`` and what SequenceDataset reads of ``path``."""
+def _diffs(path: Path, ds: Any, filter_key: str | None, demos: list[str] | None = None) -> list[str]:
+    """Every difference between ``ds`` and what SequenceDataset reads of ``path`` (its demos named
+    ``demos``; by default ``demo_<source id>`` of each episode)."""
     seq, obs_keys, has_next = _sequence_dataset(path, filter_key)
     out: list[str] = []
-    ours = [f"demo_{i}" for i in ds.episodes["source_id"]]
+    ours = demos if demos is not None else [f"demo_{i}" for i in ds.episodes["source_id"]]
     if seq.demos != ours:
         return [f"demos {seq.demos} != {ours}"]
     cache = seq.load_dataset_in_memory(seq.demos, seq.hdf5_file, obs_keys, DATASET_KEYS, has_next)
@@ -103,3 +105,21 @@ def test_sequence_dataset_loads_our_export(path: Path, tmp_path: Path) -> None:
     assert _diffs(out, ds, None) == []
     if path == IMAGE:
         assert _diffs(out, filtered_dataset(ds, "valid"), "valid") == []
+
+
+def test_sequence_dataset_loads_the_export_of_a_merge(tmp_path: Path) -> None:
+    """A merge's demos are renamed by position (their source ids repeat); the filter keys follow."""
+    convert(IMAGE, "a")
+    convert(IMAGE, "b")
+    merge_datasets(["a", "b"], "m")
+    merged = open_dataset("m")
+    out = export_dataset(merged, tmp_path / "merged.hdf5", "robomimic")
+    count = len(open_dataset("a").episodes)
+    assert _diffs(out, merged, None, [f"demo_{i}" for i in range(2 * count)]) == []
+    with h5py.File(IMAGE, "r") as f:
+        order = sorted(f["data"], key=lambda demo: int(demo.split("_")[1]))
+        valid = sorted(order.index(demo.decode()) for demo in f["mask/valid"][:])
+    positions = valid + [count + p for p in valid]
+    create_selection("m", "m-valid", filter_key_episodes(merged, "valid"))
+    view = open_dataset("m-valid")
+    assert _diffs(out, view, "valid", [f"demo_{p}" for p in positions]) == []
