@@ -327,7 +327,7 @@ def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
                 left = hub.cut.get(path) if not head else None
                 cut = left.pop(0) if left else None
             if cut is not None:  # an interrupted transfer: the promised length, fewer bytes, then close
-                self.send_response(200)
+                self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)
                 self.end_headers()

@@ -1,5 +1,5 @@
 """``hf://datasets/ORG/REPO[/PATH][@REVISION]``: the read side of Hugging Face Hub dataset repos,
-through ``huggingface_hub`` (endpoints, tokens, pagination, Xet storage, retries), with rlds's own
+through ``huggingface_hub`` (endpoints, tokens, pagination, retries), with rlds's own
 guarantees on top: every LFS file checked against the sha256 the Hub publishes, resumed downloads,
 atomic placement inside the cache's download folder, tokens never recorded.
 
@@ -24,13 +24,14 @@ that sha (a branch that moves meanwhile cannot mix two versions), fetched by
 :func:`rlds_cli.net.fetch.fetch_files`. The listing and its commit are kept in
 ``.rlds/listing.json`` for offline use and for when the Hub cannot be reached.
 
-**Fetching a repo's files.** ``huggingface_hub.hf_hub_download`` does the transfer into the
-staging folder ``<folder>/.rlds/hub/``. Each file is checked against the size, and the LFS sha256
-or git blob id, the Hub lists; only a file that verifies is moved (one ``os.replace``) into the
-folder and recorded in ``hashes.json``; one that does not is deleted and never seen by a
-conversion. Resume across runs is per file: a re-run fetches only the files not yet verified. The
-client's partial files are never resumed across runs; those a killed run left are deleted by the
-next fetch, under the staging lock.
+**Fetching a repo's files.** An LFS file (the Hub lists its sha256) is a
+:class:`~rlds_cli.net.fetch.RemoteFile` at its ``resolve`` URL, fetched by
+:func:`rlds_cli.net.fetch.fetch_files` (resumed across runs from its ``.part``, checked against the
+sha256). A small git file goes through ``huggingface_hub.hf_hub_download`` into the staging folder
+``<folder>/.rlds/hub/``, is checked against its size and git blob id, and only if it verifies is
+moved (one ``os.replace``) into the folder and recorded in ``hashes.json``; one that does not is
+deleted and never seen by a conversion. The client's partial files are never resumed across runs;
+those a killed run left are deleted by the next fetch, under the staging lock.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from urllib.parse import quote
 from rlds_cli import settings
 from rlds_cli._util.io import atomic_write, sha256_file
 from rlds_cli._util.locks import FileLock
+from rlds_cli._util.progress import DownloadProgress
 from rlds_cli._util.tfds_layout import FEATURES_FILE, INFO_FILE, is_shard_name, one_tfds_folder, shard_split
 from rlds_cli.errors import (
     ChecksumMismatchError,
@@ -66,7 +68,7 @@ from rlds_cli.errors import (
     import_extra,
     is_disk_full,
 )
-from rlds_cli.net.fetch import FetchResult, RemoteFile
+from rlds_cli.net.fetch import FetchResult, RemoteFile, fetch_files
 from rlds_cli.net.http import (
     HttpConfig,
     OriginAuth,
@@ -301,6 +303,15 @@ def is_client_error(exc: BaseException) -> bool:
     return any(c.__module__.startswith(("huggingface_hub", "httpx", "httpcore")) for c in type(exc).__mro__)
 
 
+#: What to do when the Hub has no such repo, revision or file.
+MISSING_HINT = "check the repo id, the revision and the path"
+
+#: What to do when the Hub refuses a gated or private repo.
+GATED_HINT = (
+    "accept its terms on the Hub and set HF_TOKEN (or run `hf auth login`) with a token that may read it"
+)
+
+
 class translated:
     """Turn the client's exceptions into rlds errors whose text rlds wrote (the client's own
     messages may quote server text; none of ours holds a token)."""
@@ -324,14 +335,13 @@ class translated:
             if status in (401, 403):
                 raise HTTPStatusError(
                     f"the Hub refused {what} (HTTP {status}): the repo is gated or private",
-                    hint="accept its terms on the Hub and set HF_TOKEN (or run `hf auth login`) with a "
-                    "token that may read it",
+                    hint=GATED_HINT,
                     status=status,
                 ) from None
             if status == 404:
                 raise HTTPStatusError(
                     f"the Hub has no {what} (HTTP 404)",
-                    hint="check the repo id, the revision and the path",
+                    hint=MISSING_HINT,
                     status=404,
                 ) from None
             raise DownloadFailedError(f"the Hub answered HTTP {status} for {what}") from None
@@ -488,7 +498,7 @@ def list_folder(repo: str, path: str, *, revision: str = "main", suffix: str = "
     for f in listed:
         name = local_name(where, f)
         if name.endswith(suffix) and not is_reserved(name):  # never a name in the bookkeeping folder
-            files.append(RemoteFile(name, (file_url(where, sha, f.path),), f.size, f.sha256, "hub"))
+            files.append(remote_file(where, sha, f))
     if not files:
         raise RegistryFormatError(
             f"the Hugging Face folder {repo}/{where.path} holds no file ending in {suffix!r}",
@@ -562,6 +572,13 @@ def local_name(where: HubPath, file: HubFile) -> str:
     return file.path[len(prefix) :] if file.path.startswith(prefix) else file.path
 
 
+def remote_file(where: HubPath, sha: str, file: HubFile) -> RemoteFile:
+    """``file`` at commit ``sha`` as rlds's downloader fetches it: its ``resolve`` URL, named by its
+    path below ``where.path``, verified against the size and sha256 the Hub lists."""
+    url = file_url(where, sha, file.path)
+    return RemoteFile(local_name(where, file), (url,), file.size, file.sha256, "hub")
+
+
 def fetch_hub_files(
     where: HubPath,
     sha: str,
@@ -570,8 +587,13 @@ def fetch_hub_files(
     *,
     force: bool = False,
     offline: bool = False,
+    progress: DownloadProgress | None = None,
 ) -> list[FetchResult]:
-    """Make every file of ``files`` (at commit ``sha``) present and verified under ``folder``.
+    """Make every file of ``files`` (at commit ``sha``) present and verified under ``folder``, in
+    the order given. LFS files (the Hub lists their sha256) are fetched by
+    :func:`rlds_cli.net.fetch.fetch_files` from their ``resolve`` URL (several at once, with
+    ``progress``; a cut transfer keeps its ``.part`` and the next run resumes it); small git files
+    by the Hub client, checked against their blob id.
 
     Raises:
         ChecksumMismatchError: The bytes served do not match the Hub's sha256 (or size).
@@ -580,13 +602,51 @@ def fetch_hub_files(
         DownloadFailedError: The Hub kept failing.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    staging = meta_dir(folder) / STAGING
-    staging.mkdir(parents=True, exist_ok=True)
-    # one fetch at a time per staging folder: a waiting one then finds the files verified, and
-    # any partial file found now is a killed run's
-    with FileLock(staging.with_name(f"{STAGING}.lock")):
-        _remove_partials(staging)
-        return _fetch_all(where, sha, files, folder, staging, force=force, offline=offline)
+    lfs = [f for f in files if f.sha256 is not None]
+    fetched = {}
+    if lfs:
+        fetched = {r.name: r for r in _fetch_lfs(where, sha, lfs, folder, force, offline, progress)}
+    git = [f for f in files if f.sha256 is None]
+    if git:
+        staging = meta_dir(folder) / STAGING
+        staging.mkdir(parents=True, exist_ok=True)
+        # one fetch at a time per staging folder: a waiting one then finds the files verified, and
+        # any partial file found now is a killed run's
+        with FileLock(staging.with_name(f"{STAGING}.lock")):
+            _remove_partials(staging)
+            fetched.update((r.name, r) for r in _fetch_git(where, sha, git, folder, staging, force, offline))
+    return [fetched[local_name(where, f)] for f in files]
+
+
+def _fetch_lfs(
+    where: HubPath,
+    sha: str,
+    files: list[HubFile],
+    folder: Path,
+    force: bool,
+    offline: bool,
+    progress: DownloadProgress | None,
+) -> list[FetchResult]:
+    """``files`` (LFS files) fetched from their ``resolve`` URLs, the Hub's refusals said as the
+    client's are."""
+    remote = [remote_file(where, sha, f) for f in files]
+    config = HttpConfig(auth=None if offline else token_auth())
+    try:
+        return fetch_files(remote, folder, force=force, offline=offline, progress=progress, config=config)
+    except HTTPStatusError as exc:
+        named = next((f.path for f in files if exc.url.endswith(quote(f.path, safe="/"))), "")
+        what = f"{where}" + (f" file {named!r}" if named else "")
+        if exc.status in (401, 403):
+            raise HTTPStatusError(
+                f"the Hub refused {what} (HTTP {exc.status}): the repo is gated or private",
+                hint=GATED_HINT,
+                status=exc.status,
+            ) from None
+        if exc.status == 404:
+            raise HTTPStatusError(
+                f"the Hub has no {what} (HTTP 404)", hint=MISSING_HINT, status=404
+            ) from None
+        raise
 
 
 def _remove_partials(staging: Path) -> None:
@@ -596,9 +656,11 @@ def _remove_partials(staging: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _fetch_all(
-    where: HubPath, sha: str, files: list[HubFile], folder: Path, staging: Path, *, force: bool, offline: bool
+def _fetch_git(
+    where: HubPath, sha: str, files: list[HubFile], folder: Path, staging: Path, force: bool, offline: bool
 ) -> list[FetchResult]:
+    """``files`` (small git files, no sha256 listed) fetched by the Hub's client, checked against
+    their size and blob id, recorded with the sha256 of the bytes that verified."""
     store = HashStore(folder)
     results: list[FetchResult] = []
     for file in files:
@@ -623,16 +685,14 @@ def _fetch_all(
         digest = _check(where, file, got)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(got, target)  # only verified bytes reach the folder a conversion reads
-        origin = "hub" if file.sha256 else "recorded"
         store.put(
             name,
             FileRecord(
-                digest, file.size, origin, url, target.stat().st_mtime_ns,
-                datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                pinned=file.sha256 is not None,
+                digest, file.size, "recorded", url, target.stat().st_mtime_ns,
+                datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), pinned=False,
             ),
         )  # fmt: skip
-        results.append(FetchResult(name, target, digest, file.size, url, "downloaded", origin))
+        results.append(FetchResult(name, target, digest, file.size, url, "downloaded", "recorded"))
     return results
 
 
@@ -643,7 +703,7 @@ def _verified(store: HashStore, name: str, target: Path, file: HubFile) -> FileR
     if record is None or not target.is_file():
         return None
     stat = target.stat()
-    if stat.st_size != file.size or (file.sha256 is not None and record.sha256 != file.sha256):
+    if stat.st_size != file.size:
         return None
     if stat.st_mtime_ns != record.mtime_ns:
         if sha256_file(target) != record.sha256:
@@ -673,8 +733,6 @@ def _check(where: HubPath, file: HubFile, got: Path) -> str:
     problem = ""
     if size != file.size:
         problem = f"{size} bytes, the Hub lists {file.size}"
-    elif file.sha256 is not None and digest != file.sha256:
-        problem = f"sha256 {digest}, the Hub lists {file.sha256}"
     elif file.git_oid is not None and (oid := git_blob_id(got.read_bytes())) != file.git_oid:
         problem = f"git blob {oid}, the Hub lists {file.git_oid}"  # a small file, kept in git
     if problem:

@@ -163,7 +163,7 @@ def download(
         _refuse_sha256(sha256, source, "a Hub repo")
         return download_hub(
             source, name=name, format=format, cache=cache, options=options, force=force, offline=offline,
-            keep_raw=keep_raw, convert_args=convert_args,
+            keep_raw=keep_raw, convert_args=convert_args, progress=download_progress,
         )  # fmt: skip
     if not registry.is_known(source) and _looks_like_path(source):
         raise SourceNotFoundError(f"source file {path} does not exist")
@@ -399,6 +399,7 @@ def download_hub(
     offline: bool,
     keep_raw: bool,
     convert_args: dict[str, Any],
+    progress: DownloadProgress | None = None,
 ) -> ConvertResult:
     """Resolve, fetch, verify and convert a Hub dataset repo (see :func:`rlds_cli.sources.download`)."""
     where = parse_hf_url(source)
@@ -411,7 +412,9 @@ def download_hub(
         results: list[FetchResult] = []
         if fmt is not None and (options or {}).get("episodes") is not None:
             results, wanted = _episodes_only(where, sha, wanted, folder, fmt, options or {}, force, offline)
-        results += fetch_hub_files(where, sha, wanted, folder, force=force, offline=offline)
+        results += fetch_hub_files(
+            where, sha, wanted, folder, force=force, offline=offline, progress=progress
+        )
         paths = [r.path for r in results]
         if fmt is None and not paths:
             raise SourceFormatError(

@@ -30,7 +30,7 @@ from rlds_cli.net import hub as hub_repo
 from rlds_cli.net.http import HttpConfig
 from rlds_cli.sources.convert import convert
 from rlds_cli.sources.download import download
-from tests.hub_standin import TOKEN, HubStandin, Repo, folder_files, record_minari
+from tests.hub_standin import TOKEN, HubStandin, Repo, folder_files, is_lfs, record_minari
 
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("pyarrow")
@@ -121,8 +121,9 @@ def test_rate_limit_is_waited_out_as_retry_after_asks(
 ) -> None:
     """Each 429 is followed by a wait of its ``Retry-After`` (3 s: neither back-off starts
     there, rlds's at 0.5-1 s, the client's at 1 s), then by the same request again. The waits
-    are recorded, not slept: rlds's own (the revision lookup, :func:`with_rate_limit`) through its
-    ``HttpConfig.sleep``, the client's (listing pages, file requests) through ``time.sleep``."""
+    are recorded, not slept: rlds's own (the revision lookup, :func:`with_rate_limit`; LFS files)
+    through its ``HttpConfig.sleep``, the client's (listing pages, small git files) through
+    ``time.sleep``."""
     ours: list[tuple[float, str]] = []
     theirs: list[tuple[float, str]] = []
 
@@ -130,6 +131,7 @@ def test_rate_limit_is_waited_out_as_retry_after_asks(
         last = hub.log[-1]  # the request answered 429 (requests are made one at a time)
         into.append((seconds, f"{last['method']} {last['path']} {last.get('status')}"))
 
+    monkeypatch.setenv("RLDS_DOWNLOAD_WORKERS", "1")
     monkeypatch.setattr(
         hub_repo, "HttpConfig", functools.partial(HttpConfig, sleep=functools.partial(waited, ours))
     )
@@ -137,22 +139,24 @@ def test_rate_limit_is_waited_out_as_retry_after_asks(
     hub.retry_after = "3"
     # the client asks a file's HEAD again at once after a first 429 (no wait: file_download.py
     # retries a failed metadata call with retries on), and waits from the second 429 on
-    hub.throttle = {"/revision/": 1, "/tree/": 1, "HEAD /datasets/": 2, "GET /datasets/": 1}
+    hub.throttle = {"/revision/": 1, "/tree/": 1, "HEAD /datasets/": 2, "GET /datasets/": 2}
     download("hf://datasets/lerobot-test/tiny")
     sha = hub.repos["lerobot-test/tiny"].refs["main"]
-    assert ours == [(3.0, "GET /api/datasets/lerobot-test/tiny/revision/main 429")]
-    first = f"/datasets/lerobot-test/tiny/resolve/{sha}/{sorted(folder_files(FIXTURE))[0]}"
+    files = sorted(folder_files(FIXTURE))
+    lfs = f"/datasets/lerobot-test/tiny/resolve/{sha}/{next(f for f in files if is_lfs(f))}"
+    git = f"/datasets/lerobot-test/tiny/resolve/{sha}/{next(f for f in files if not is_lfs(f))}"
+    assert ours == [
+        (3.0, "GET /api/datasets/lerobot-test/tiny/revision/main 429"),
+        (3.0, f"GET {lfs} 429"),
+        (3.0, f"GET {lfs} 429"),
+    ]
     # the client's waits: Retry-After plus the 1 s it adds "to avoid rounding issues"
     assert theirs == [
         (4.0, f"GET /api/datasets/lerobot-test/tiny/tree/{sha} 429"),
-        (4.0, f"HEAD {first} 429"),
-        (4.0, f"GET {first} 429"),
+        (4.0, f"HEAD {git} 429"),
     ]
-    assert [e.get("status") for e in hub.log if e["path"] == first and e["method"] == "HEAD"] == [
-        429,
-        429,
-        None,
-    ]
+    heads = [e.get("status") for e in hub.log if e["path"] == git and e["method"] == "HEAD"]
+    assert heads == [429, 429, None]
     for key in ("/revision/", "/tree/", "/resolve/"):  # each 429 was followed by the same request, answered
         hits = [e for e in hub.log if key in e["path"]]
         assert hits[0].get("status") == 429 and hits[-1].get("status") is None
@@ -173,33 +177,38 @@ def test_lfs_sha_mismatch_publishes_nothing_and_a_rerun_recovers(
     assert (isolated_cache / "datasets" / "tiny" / "manifest.json").is_file()
 
 
-def test_an_interrupted_transfer_resumes_where_it_stopped(
-    hub: HubStandin, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from huggingface_hub import constants
-
-    # small chunks, so that a cut transfer leaves whole chunks written (as 10 MB chunks of a large file do)
-    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 8192)
+def test_an_interrupted_transfer_resumes_where_it_stopped(hub: HubStandin, isolated_cache: Path) -> None:
     hub.cut[VIDEO] = [50_000]
     download("hf://datasets/lerobot-test/tiny")
     gets = [e for e in hub.log if e["method"] == "GET" and e.get("file") == VIDEO]
-    assert [g["range"] for g in gets] == [None, "bytes=49152-"]  # the 6 whole 8 KiB chunks received
+    assert [g["range"] for g in gets] == [None, "bytes=50000-"]
     convert(FIXTURE, "local")
     assert _arrays(isolated_cache, "tiny") == _arrays(isolated_cache, "local")
 
 
 def test_a_failed_run_keeps_its_verified_files_and_the_rerun_fetches_the_rest(
-    hub: HubStandin, isolated_cache: Path
+    hub: HubStandin, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # the video's answers send nothing: the client's retries (5 without progress) run out
-    hub.cut[VIDEO] = [0] * 6
+    """The video's transfer is cut after 50,000 bytes, then its retries get nothing: the run
+    fails, and the rerun fetches only what did not verify, resuming the video where it stopped
+    (a large LFS file is not fetched again from its first byte)."""
+    monkeypatch.setenv("RLDS_DOWNLOAD_WORKERS", "1")  # the LFS files in order, the video last
+    monkeypatch.setenv("RLDS_HTTP_RETRIES", "2")
+    monkeypatch.setenv("RLDS_RETRY_BASE_DELAY", "0")
+    hub.cut[VIDEO] = [50_000, 0, 0]
     with pytest.raises(DownloadFailedError, match=r"file-000\.mp4"):
         download("hf://datasets/lerobot-test/tiny")
     assert not (isolated_cache / "datasets" / "tiny").exists()
+    lfs = sorted(f for f in folder_files(FIXTURE) if is_lfs(f))
+    assert lfs[-1] == VIDEO and set(hub.downloads()) == set(lfs)
     hub.cut[VIDEO] = []
     hub.log.clear()
     download("hf://datasets/lerobot-test/tiny")
-    assert hub.downloads() == [VIDEO]
+    assert sorted(hub.downloads()) == sorted([VIDEO, *(f for f in folder_files(FIXTURE) if not is_lfs(f))])
+    gets = [e for e in hub.log if e["method"] == "GET" and e.get("file") == VIDEO]
+    assert [g["range"] for g in gets] == ["bytes=50000-"]
+    convert(FIXTURE, "local")
+    assert _arrays(isolated_cache, "tiny") == _arrays(isolated_cache, "local")
 
 
 def test_nothing_is_written_outside_the_cache_and_no_keep_raw_drops_the_files(
