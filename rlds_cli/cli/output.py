@@ -501,7 +501,8 @@ def handle_errors(func: F) -> F:
 #: What an interrupted command says beside "interrupted", and its hint, where the default
 #: ("nothing was published", no hint) says too little or too much: preprocess keeps its finished
 #: chunks; a push's commit may reach the remote before its answer comes back; a demo's dataset is
-#: made before its loader runs.
+#: made before its loader runs; rm and gc remove one thing at a time, each whole; the commands that
+#: only read change nothing; show and stats write their file (a page, a table) whole or not at all.
 INTERRUPTED = {
     "preprocess": (
         "nothing was published",
@@ -514,6 +515,16 @@ INTERRUPTED = {
     "demo": (
         "a dataset made before the interruption stays ('rlds list')",
         "run the same command again: it reuses what is made",
+    ),
+    "rm": (
+        "each dataset named is still there whole or gone, never a part",
+        "'rlds list' shows which remain; 'rlds gc' frees the space of one stopped mid-deletion",
+    ),
+    "gc": ("what it removed is gone, the rest stays", "run 'rlds gc' again to finish"),
+    **dict.fromkeys(("show", "stats"), ("nothing was written", "")),
+    **dict.fromkeys(
+        ("audit", "du", "info", "inspect", "list_datasets", "path", "score", "verify"),
+        ("nothing was changed", ""),
     ),
 }
 

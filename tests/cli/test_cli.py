@@ -596,6 +596,38 @@ def test_an_interrupted_push_does_not_say_nothing_was_published(monkeypatch: pyt
     ]
 
 
+@pytest.mark.parametrize(
+    ("command", "target", "said"),
+    [
+        (
+            ["rm", "g", "--yes"],
+            "rlds_cli.cache.manage.remove_datasets",
+            "each dataset named is still there whole",
+        ),
+        (["verify", "g"], "rlds_cli.sources.verify.verify", "nothing was changed"),
+        (
+            ["stats", "g"],
+            "rlds_cli.loader.normalization_table.NormalizationTable.from_datasets",
+            "nothing was written",
+        ),
+    ],
+)
+def test_an_interrupted_command_says_what_it_changed(
+    monkeypatch: pytest.MonkeyPatch, golden_file: Path, command: list[str], target: str, said: str
+) -> None:
+    """'nothing was published' is said by the commands that publish; an interrupted rm may have
+    removed some of its datasets, one that only reads published nothing to begin with."""
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    assert invoke("download", golden_file, "--name", "g").exit_code == 0
+    monkeypatch.setattr(target, interrupted)
+    result = invoke(*command)
+    assert result.exit_code == 130
+    assert result.stderr.splitlines()[0].startswith(f"error: interrupted; {said}")
+
+
 # --------------------------------------------------------------------------- app-level
 
 
