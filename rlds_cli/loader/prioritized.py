@@ -145,7 +145,9 @@ class PrioritizedSampler:
 
     def update_priority(self, indices: Any, priority: Any) -> None:
         """Set the priority of ``indices`` (any shape, e.g. a batch's ``index``) to ``priority``
-        (broadcast to the same shape; e.g. absolute TD errors). Tensors are accepted."""
+        (broadcast to the same shape; e.g. absolute TD errors). Tensors are accepted. A step given
+        several priorities in one call (drawn twice in a batch, a padding's repeat, overlapping
+        slices) keeps the largest in magnitude, whatever their order."""
         given = as_numpy(indices)
         if given.size and given.dtype.kind not in "iu":  # 2.7 would land on row 2 without a word
             raise ValueError(
@@ -161,6 +163,13 @@ class PrioritizedSampler:
                     f"update_priority: {raw.shape} priorities for indices of shape {idx.shape}; give "
                     "one priority per index (or one for all)"
                 ) from None
+        order = np.argsort(idx, axis=None)
+        ordered = idx.reshape(-1)[order]
+        first = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+        if first.size + 1 < ordered.size:  # the last would win: a masked loss's 0 replaced a real error
+            starts = np.concatenate(([0], first))
+            magnitude = np.abs(raw.reshape(-1)[order], dtype=np.float64)  # TD errors are signed
+            idx, raw = ordered[starts], np.maximum.reduceat(magnitude, starts)
         pri, top = self._magnitudes(raw)  # a new array: the in-place power is safe
         pri **= self.alpha  # as `**` (numpy's fast paths for 0, 0.5, 1, 2 included), in place
         self._tree.set(idx, pri)  # checks: finite, >= 0, in range
@@ -302,22 +311,9 @@ class PrioritizedSliceSampler(PrioritizedSampler):
         return draw
 
     def update_priority(self, indices: Any, priority: Any) -> None:
-        """Per-step priorities; padded positions (repeated steps) may be passed as is: a step given
-        several priorities in one call (a padding's repeat, overlapping slices) keeps the largest in
-        magnitude (the last one won: a masked loss's 0 at the padding replaced the real step's)."""
-        given, raw = as_numpy(indices), as_numpy(priority)
-        if given.size and given.dtype.kind in "iu":
-            try:
-                raw = np.broadcast_to(raw, given.shape)
-            except ValueError:
-                pass  # refused, named, by the base class
-            else:
-                steps, where = np.unique(given.reshape(-1), return_inverse=True)
-                if steps.size < given.size:
-                    largest = np.full(steps.size, -np.inf)  # by magnitude: TD errors are signed
-                    np.maximum.at(largest, where, np.abs(raw.reshape(-1), dtype=np.float64))
-                    given, raw = steps, largest
-        super().update_priority(given, raw)
+        """Per-step priorities; padded positions (repeated steps) may be passed as is (see
+        :meth:`PrioritizedSampler.update_priority`)."""
+        super().update_priority(indices, priority)
         if self._slices.skipped_episodes:  # keep skipped episodes impossible to draw
             idx = as_numpy(indices).astype(np.int64).ravel()
             e = self._slices.episodes.episode_of(idx)

@@ -266,6 +266,17 @@ def test_a_padded_slices_priorities_keep_the_real_steps() -> None:
         s.update_priority(draw.indices, np.ones(3))
 
 
+@pytest.mark.parametrize("compiled", KERNELS)
+def test_a_step_drawn_twice_keeps_its_largest_priority_in_any_order(compiled: bool) -> None:
+    """A batch drawn with replacement holds some steps twice: the plain sampler kept the last
+    value given (the slice sampler the largest in magnitude, as the docs say of both)."""
+    s = PrioritizedSampler(8, 4, alpha=1.0, eps=0.0, compiled=compiled)
+    s.update_priority([5, 5, 5, 2], [0.1, -3.0, 2.0, 0.5])
+    np.testing.assert_array_equal(s.priorities[[2, 5]], [0.5, 3.0])
+    s.update_priority(np.array([[1, 1]]), np.array([[4.0, 0.0]]))
+    assert s.priorities[1] == 4.0 and s.max_priority == 4.0
+
+
 # --------------------------------------------------------------------------- streams and state
 
 
