@@ -58,6 +58,7 @@ from rlds_cli.cache.ted import column as column
 from rlds_cli.cache.ted import is_valid_key as is_valid_key
 from rlds_cli.cache.ted import key_problem as key_problem
 from rlds_cli.errors import SourceError, SourceFormatError
+from rlds_cli.formats.untrusted import files_inside
 from rlds_cli.frames.codecs import join_rows
 
 
@@ -154,10 +155,11 @@ class Reader(ABC):
     @staticmethod
     def source_files(paths: Sequence[Path]) -> list[Path]:
         """The files a conversion of ``paths`` reads, in reading order (default: every file, a
-        folder's in sorted order)."""
+        folder's in sorted order; a symlink out of the folder is refused, see
+        :func:`~rlds_cli.formats.untrusted.files_inside`)."""
         files: list[Path] = []
         for p in paths:
-            files += sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+            files += files_inside(p) if p.is_dir() else [p]
         return files
 
     @staticmethod

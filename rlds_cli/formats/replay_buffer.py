@@ -389,13 +389,18 @@ class ReplayBufferReader(Reader):
 
     def _check_chunks(self) -> None:
         for a in self.arrays.values():
-            meta = self.store.read_json(f"data/{a.key}/.zarray") or {}
-            missing, expected = self.store.missing_chunks(f"data/{a.key}", meta)
-            if missing:
-                self.report.notes.append(
-                    f"data/{a.key}: {missing} of {expected} chunks are not stored; zarr (and upstream's "
-                    f"ReplayBuffer) read them as the fill value {_plain(a.array.fill_value)!r}"
-                )
+            self._note_missing_chunks(
+                f"data/{a.key}", self.store.read_json(f"data/{a.key}/.zarray") or {}, a.array
+            )
+
+    def _note_missing_chunks(self, key: str, meta: dict[str, Any], array: Any) -> None:
+        """A note of the chunks of ``key`` the store lacks (read as the fill value, as upstream)."""
+        missing, expected = self.store.missing_chunks(key, meta)
+        if missing:
+            self.report.notes.append(
+                f"{key}: {missing} of {expected} chunks are not stored; zarr (and upstream's "
+                f"ReplayBuffer) read them as the fill value {_plain(array.fill_value)!r}"
+            )
 
     # ------------------------------------------------------------------ reading
 
@@ -466,8 +471,10 @@ class ReplayBufferReader(Reader):
             shape = require_shape(self.path, f"meta/{key}", meta.get("shape"))
             array = self._open(f"meta/{key}", meta)
             if not is_numeric(array.dtype):
+                self.report.notes.append(f"meta/{key} holds {array.dtype} values, not numbers: not kept")
                 continue
             check_side_array(self.path, f"meta/{key}", shape, array.dtype)
+            self._note_missing_chunks(f"meta/{key}", meta, array)
             name = f"replay_buffer/meta/{key}"
             if is_episode_array(name):  # one row per source episode: the rows of those streamed
                 if not shape or shape[0] != self.report.expected["num_episodes"]:

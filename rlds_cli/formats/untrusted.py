@@ -45,6 +45,7 @@ import codecs
 import importlib
 import io
 import json
+import os
 import pickle
 from collections.abc import Sequence
 from pathlib import Path
@@ -227,6 +228,44 @@ def read_json_file(path: Path, what: str = "metadata") -> Any:
         raise
     except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise SourceFormatError(f"{path} is not readable JSON: {exc}") from None
+
+
+def files_inside(folder: Path) -> list[Path]:
+    """Every file under ``folder``, sorted, symlinks followed where they stay inside it (a folder
+    reached twice is walked once).
+
+    Raises:
+        UnsafeSourceError: A symlink (to a file or a folder) leads outside ``folder``: a conversion
+            never reads another local file. (A link to nothing, or a loop, is no file: skipped.)
+    """
+    top = folder.resolve()
+    files: list[Path] = []
+    walked: set[Path] = {top}
+    pending = [folder]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                path = Path(entry.path)
+                real = None
+                if entry.is_symlink():
+                    try:
+                        real = path.resolve(strict=True)
+                    except (OSError, RuntimeError):  # a link to nothing, or a loop: no file to read
+                        continue
+                    if not real.is_relative_to(top):
+                        raise UnsafeSourceError(
+                            f"{path} escapes the source folder {folder} (to {real})",
+                            hint="rlds reads only files inside the source folder; copy the data in, or "
+                            "the source is malicious or broken",
+                        )
+                if entry.is_dir():
+                    real = real or path.resolve()
+                    if real not in walked:
+                        walked.add(real)
+                        pending.append(path)
+                elif entry.is_file():
+                    files.append(path)
+    return sorted(files)
 
 
 _ALLOW_HINT = "pass --allow-pickle (options={'allow_pickle': True}) only if you trust the file"

@@ -209,22 +209,67 @@ class ZarrV2Store:
         return Array(AsyncArray(replace(meta, compressor=bounded), array.async_array.store_path))
 
     def _check_zip_members(self, key: str, chunk_bytes: int) -> None:
-        """Refuse a chunk of the zipped array ``key`` whose zip entry declares more bytes than a chunk
-        of ``chunk_bytes`` compresses to at worst: zarr's ZipStore inflates an entry whole before its
-        codec sees it (a deflated entry of a few KB may declare gigabytes)."""
+        """Refuse a chunk of the zipped array ``key`` whose zip entry holds more bytes than a chunk
+        of ``chunk_bytes`` compresses to at worst: zarr's ZipStore inflates an entry whole before
+        its codec sees it, and zipfile bounds the inflation by neither the declared size (a
+        deflated entry of a few KB declaring 16 bytes inflated 600 MB) nor anything else. A
+        compressed entry is inflated here first, into at most that bound plus one byte."""
         if self._zip is None:
             return
         limit = 2 * chunk_bytes + (1 << 20)  # a codec's worst expansion, with room to spare
         prefix = f"{key}/"
         for info in self._zip.infolist():
             name = info.filename
-            chunk = name.startswith(prefix) and not name.rsplit("/", 1)[-1].startswith(".")
-            if chunk and info.file_size > limit:
+            if not name.startswith(prefix) or name.rsplit("/", 1)[-1].startswith("."):
+                continue
+            size = max(info.file_size, info.compress_size)  # zipfile reads the compressed bytes whole
+            if size <= limit and info.compress_type != zipfile.ZIP_STORED:
+                size = self._inflated_size(info, limit)
+            if size > limit:
                 raise SourceFormatError(
-                    f"{self.path}: the zip entry {name} declares {info.file_size:,} bytes, more than a "
+                    f"{self.path}: the zip entry {name} holds more than {limit:,} bytes, more than a "
                     f"chunk of {key} ({chunk_bytes:,} bytes decoded) can hold: the store is damaged",
                     hint="copy the store again from its source",
                 )
+
+    def _inflated_size(self, info: zipfile.ZipInfo, limit: int) -> int:
+        """How many bytes the compressed zip entry ``info`` inflates to, counted to ``limit + 1`` at
+        most (its compressed bytes read from the archive, inflated by a bounded decompressor)."""
+        with open(self.path, "rb") as f:
+            f.seek(info.header_offset)
+            header = f.read(30)
+            if len(header) < 30 or header[:4] != b"PK\x03\x04":
+                raise SourceFormatError(
+                    f"{self.path}: the zip entry {info.filename} has no local header: damaged"
+                )
+            name_length, extra_length = (
+                int.from_bytes(header[26:28], "little"),
+                int.from_bytes(header[28:30], "little"),
+            )
+            f.seek(info.header_offset + 30 + name_length + extra_length)
+            raw = f.read(info.compress_size)  # at most the limit (checked by the caller)
+        try:
+            if info.compress_type == zipfile.ZIP_DEFLATED:
+                return len(zlib.decompressobj(-15).decompress(raw, limit + 1))
+            if info.compress_type == zipfile.ZIP_BZIP2:
+                return len(bz2.BZ2Decompressor().decompress(raw, max_length=limit + 1))
+            if info.compress_type == zipfile.ZIP_LZMA:
+                return len(
+                    _zip_lzma(raw).decompress(
+                        raw[4 + int.from_bytes(raw[2:4], "little") :], max_length=limit + 1
+                    )
+                )
+        except (OSError, ValueError, EOFError, zlib.error, lzma.LZMAError) as exc:
+            raise SourceFormatError(
+                f"{self.path}: the zip entry {info.filename} does not inflate ({type(exc).__name__}: {exc}): "
+                "the store is damaged",
+                hint="copy the store again from its source",
+            ) from None
+        raise SourceFormatError(
+            f"{self.path}: the zip entry {info.filename} is compressed with zip method {info.compress_type}, "
+            "which rlds does not read",
+            hint="zip the store again stored or deflated (zarr's ZipStore writes stored entries)",
+        )
 
     def close(self) -> None:
         if self._zarr_store is not None:
@@ -233,6 +278,26 @@ class ZarrV2Store:
         if self._zip is not None:
             self._zip.close()
             self._zip = None
+
+
+def _zip_lzma(raw: bytes) -> lzma.LZMADecompressor:
+    """A decompressor of a zip LZMA entry's stream, from the entry's header (APPNOTE 5.8.8: a
+    version, the size of the LZMA1 properties, then the properties: ``lc``/``lp``/``pb`` in one
+    byte, the dictionary size in four)."""
+    size = int.from_bytes(raw[2:4], "little")
+    props = raw[4 : 4 + size]
+    if size != 5 or len(props) != 5 or props[0] >= 9 * 5 * 5:
+        raise ValueError("its LZMA properties are not the five bytes of LZMA1")
+    pb, rest = divmod(props[0], 9 * 5)
+    lp, lc = divmod(rest, 9)
+    lzma1 = {
+        "id": lzma.FILTER_LZMA1,
+        "dict_size": int.from_bytes(props[1:5], "little"),
+        "lc": lc,
+        "lp": lp,
+        "pb": pb,
+    }
+    return lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[lzma1])
 
 
 def codec_ids(meta: dict[str, Any]) -> list[dict[str, Any]]:

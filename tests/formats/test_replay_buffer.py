@@ -362,10 +362,60 @@ def test_a_deflated_zip_entry_larger_than_a_chunk_is_refused_before_it_is_inflat
     _refused_within(
         lambda: download(bad, "bad"),
         16 << 20,
-        "the zip entry data/img/0.0.0.0 declares 67,108,864 bytes",
+        "the zip entry data/img/0.0.0.0 holds more than 1,878,016 bytes",
         "(414,720 bytes decoded)",
         published=("intact",),
     )
+
+
+def _declare_size(path: Path, member: str, size: int) -> None:
+    """Rewrite the uncompressed size ``path``'s zip entry ``member`` declares (local and central
+    headers) to ``size``: a header that lies."""
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        offset = z.getinfo(member).header_offset
+    data[offset + 22 : offset + 26] = size.to_bytes(4, "little")
+    at = data.find(b"PK\x01\x02")
+    while at >= 0:
+        name_length = int.from_bytes(data[at + 28 : at + 30], "little")
+        if data[at + 46 : at + 46 + name_length] == member.encode():
+            data[at + 24 : at + 28] = size.to_bytes(4, "little")
+        at = data.find(b"PK\x01\x02", at + 4)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA])
+def test_a_zip_entry_whose_header_lies_about_its_size_is_refused_in_bounded_memory(
+    tmp_path: Path, method: int
+) -> None:
+    """600 MB of zeros compressed (611 KB deflated, 337 bytes of bzip2) in the entry of a 16-byte
+    chunk, its headers declaring 16 bytes: zipfile inflated it whole (1.3 GB resident) before its
+    CRC check refused it."""
+    member = "data/robot0_gripper_width/0.0"
+    bad = tmp_path / "umi.zarr.zip"
+    _swap_zip_member(FIXTURES / bad.name, bad, member, bytes(600 << 20), method)
+    _declare_size(bad, member, 16)
+    _refused_within(
+        lambda: download(bad, "bad"),
+        16 << 20,
+        f"the zip entry {member} holds more than",
+        "(16 bytes decoded)",
+    )
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA])
+def test_a_zip_of_compressed_entries_reads_as_the_stored_one(tmp_path: Path, method: int) -> None:
+    """``zip -r`` deflates; zarr's ZipStore stores: both read the same."""
+    packed = tmp_path / "pusht.zarr.zip"
+    with zipfile.ZipFile(FIXTURES / packed.name) as src, zipfile.ZipFile(packed, "w", method) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    convert(FIXTURES / packed.name, "stored")
+    convert(packed, "packed")
+    stored, compressed = open_dataset("stored")[:], open_dataset("packed")[:]
+    assert sorted(compressed) == sorted(stored)
+    for key, rows in stored.items():
+        np.testing.assert_array_equal(compressed[key], rows)
 
 
 def _refused_within(result_of: object, limit: int, *needles: str, published: tuple[str, ...] = ()) -> None:
@@ -746,3 +796,59 @@ def test_a_failed_read_raises_only_once_no_other_chunk_is_decoding(tmp_path: Pat
     with pytest.raises(ValueError, match="damaged"):
         read_rows(zarr.open_array(tmp_path / "a", mode="r", zarr_format=2))
     assert not busy, f"{len(busy)} chunks still decoding after the read raised"
+
+
+@pytest.mark.parametrize("link", ["chunk", "array"])
+def test_a_symlink_out_of_a_directory_store_is_refused(tmp_path: Path, link: str) -> None:
+    """A chunk file or a whole array folder linked from elsewhere: its values were converted (and a
+    link to any readable file was read) where the conversion must read the store alone."""
+    store = copy_fixture("pusht.zarr", tmp_path / "in")
+    outside = tmp_path / "outside"
+    shutil.copytree(store / "data" / "state", outside)
+    if link == "chunk":
+        chunk = next(p for p in sorted((store / "data" / "state").iterdir()) if not p.name.startswith("."))
+        chunk.unlink()
+        chunk.symlink_to(outside / chunk.name)
+    else:
+        shutil.rmtree(store / "data" / "state")
+        (store / "data" / "state").symlink_to(outside, target_is_directory=True)
+    refused(download(store, "bad"), "escapes the source folder", str(outside))
+
+
+def test_symlinks_inside_a_directory_store_and_a_linked_store_read_as_the_store(tmp_path: Path) -> None:
+    store = copy_fixture("pusht.zarr", tmp_path / "in")
+    chunk = next(p for p in sorted((store / "data" / "state").iterdir()) if not p.name.startswith("."))
+    kept = store / "kept-elsewhere-in-the-store"
+    kept.write_bytes(chunk.read_bytes())
+    chunk.unlink()
+    chunk.symlink_to(kept)
+    linked = tmp_path / "linked.zarr"
+    linked.symlink_to(store, target_is_directory=True)
+    convert(linked, "linked")
+    convert(FIXTURES / "pusht.zarr", "intact")
+    got, want = open_dataset("linked")[:], open_dataset("intact")[:]
+    for key, rows in want.items():
+        np.testing.assert_array_equal(got[key], rows)
+
+
+def test_missing_chunks_and_text_of_meta_arrays_are_noted(tmp_path: Path) -> None:
+    """A ``meta/`` array's missing chunk read as the fill value, and a text ``meta/`` array left
+    out, without a word (``data/`` arrays had their notes)."""
+    import zarr
+
+    store = copy_fixture("pusht.zarr", tmp_path)
+    episodes = len(golden("pusht.zarr")["meta/episode_ends"])
+    x = zarr.open_array(
+        store / "meta" / "episode_x", mode="w", shape=(episodes,), chunks=(1,), dtype="<i8", zarr_format=2
+    )
+    x[:] = np.arange(1, episodes + 1) * 11
+    (store / "meta" / "episode_x" / "1").unlink()
+    names = zarr.open_array(
+        store / "meta" / "names", mode="w", shape=(2,), chunks=(2,), dtype="<U4", zarr_format=2
+    )
+    names[:] = ["a", "b"]
+    result = download_ok(store, "noted")
+    assert f"meta/episode_x: 1 of {episodes} chunks are not stored" in result.output
+    assert "meta/names holds <U4 values, not numbers: not kept" in result.output
+    kept = open_dataset("noted").source_arrays
+    assert kept["replay_buffer/meta/episode_x"][1] == 0 and "replay_buffer/meta/names" not in kept
