@@ -185,9 +185,22 @@ def read_file_meta(f: Any, path: Path, demos: Sequence[str]) -> FileMeta:
         if isinstance(value, np.ndarray):
             check_side_array(path, f"data@{name}", value.shape, value.dtype)
         attrs[name] = to_jsonable(value)
+    for name in JSON_ATTRS:
+        if name in attrs and not isinstance(parse_json(attrs[name]), dict):
+            notes.append(
+                f"data@{name} is not a JSON object (robomimic writes json.dumps of a dict): kept as it is"
+            )
+    if "total" in attrs and (isinstance(attrs["total"], bool) or not isinstance(attrs["total"], int)):
+        notes.append(f"data@total is {attrs['total']!r}, not a count of steps: kept as it is")
     masks: dict[str, list[str]] = {}
     known = set(demos)
     group = f.get("mask")
+    if group is not None and not isinstance(group, h5py.Group):
+        raise SourceFormatError(
+            f"{path}: 'mask' is not a group of filter keys (robomimic writes mask/<key>, each a list of "
+            "demo names)",
+            hint="fix or delete 'mask' in the file",
+        )
     if isinstance(group, h5py.Group):
         for key, node in group.items():
             if not isinstance(node, h5py.Dataset) or node.ndim != 1 or node.dtype.kind not in "SO":

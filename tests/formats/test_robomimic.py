@@ -113,6 +113,9 @@ def _broken(tmp_path: Path, edit: str) -> Path:
             f["data/demo_0/next_obs/object"][1] = 7.0
         elif edit == "mask":
             f["mask/bad"] = np.zeros(3)
+        elif edit == "mask_dataset":
+            del f["mask"]
+            f["mask"] = np.array([b"demo_0"])
         elif edit == "ragged":
             del f["data/demo_0/states"]
             f["data/demo_0/states"] = np.zeros((4, 12))
@@ -145,6 +148,7 @@ def _broken(tmp_path: Path, edit: str) -> Path:
         ("num_samples", "num_samples is 9 but 'actions' has 4 rows"),
         ("next_obs", r"next_obs/object\[1\] differs from obs/object\[2\]"),
         ("mask", "filter key 'mask/bad' is not a list of demo names"),
+        ("mask_dataset", "'mask' is not a group of filter keys"),
         ("ragged", "'states' has 4 rows, 'actions' has 5"),
         ("schema", r"'obs/object' has shape \(11,\)"),
         ("states_only", "has no obs/ datasets: a states-only file"),
@@ -161,6 +165,20 @@ def test_bad_files_are_refused_in_one_line_naming_what(tmp_path: Path, edit: str
     from rlds_cli.cache.root import CacheRoot
 
     assert not CacheRoot().dataset_dir("bad").exists()
+
+
+def test_data_attributes_that_are_not_what_robomimic_writes_are_noted(tmp_path: Path) -> None:
+    """Kept as they are, but said: an ``env_args`` that is not a JSON object, a ``total`` that is
+    not a count (they were kept without a word)."""
+    path = Path(shutil.copy(IMAGE, tmp_path / "a.hdf5"))
+    with h5py.File(path, "a") as f:
+        f["data"].attrs["env_args"] = "{not json"
+        f["data"].attrs["total"] = "lots"
+    notes = convert(path, "a").manifest.conversion["notes"]
+    assert "data@env_args is not a JSON object (robomimic writes json.dumps of a dict): kept as it is" in notes
+    assert "data@total is 'lots', not a count of steps: kept as it is" in notes
+    meta = open_dataset("a").source_metadata["robomimic"]
+    assert meta["env_args"] == "{not json" and meta["attrs"]["total"] == "lots"
 
 
 def test_text_datasets_of_a_demo_are_dropped_with_a_note(tmp_path: Path) -> None:
