@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,20 @@ def episode_windows() -> list[tuple[float, float]]:
     eps = pq.read_table(FIXTURE / EPISODES).to_pydict()
     col = "videos/observation.image/"
     return list(zip(eps[col + "from_timestamp"], eps[col + "to_timestamp"], strict=True))
+
+
+def edit_column(path: Path, name: str, edit: Callable[[list[Any]], None]) -> None:
+    """Rewrite the column ``name`` of the parquet file ``path`` in place: ``edit`` changes its values
+    (a Python list, changed in place); the column keeps its arrow type, the file its other columns."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    i = table.schema.get_field_index(name)
+    values = table.column(i).to_pylist()
+    edit(values)
+    table = table.set_column(i, table.schema.field(i), pa.array(values, type=table.schema.field(i).type))
+    pq.write_table(table, path)
 
 
 def remux(src: Path, dst: Path, start: float, stop: float, *, drop_last: int = 0) -> int:
@@ -128,5 +143,51 @@ def split_v3_tree(root: Path) -> Path:
     ):
         column = pa.array(values, episodes.schema.field(name).type)
         episodes = episodes.set_column(episodes.column_names.index(name), name, column)
+    pq.write_table(episodes, root / EPISODES)
+    return root
+
+
+def state_only_tree(root: Path, rows: int) -> Path:
+    """A camera-less v3.0 tree of one episode of ``rows`` all-zero frames (tiny once compressed)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    shutil.copytree(FIXTURE / "meta", root / "meta")
+    shutil.rmtree(root / "meta" / "episodes")
+    info = _info(root)
+    del info["features"]["observation.image"]
+    info.update(total_episodes=1, total_frames=rows)
+    (root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
+    zeros = pa.array(np.zeros(rows, np.float32))
+    pair = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(2 * rows, np.float32)), 2)
+    ints = pa.array(np.zeros(rows, np.int64))
+    table = pa.table(
+        {
+            "observation.state": pair,
+            "action": pair,
+            "next.reward": zeros,
+            "next.done": pa.array(np.zeros(rows, bool)),
+            "next.success": pa.array(np.zeros(rows, bool)),
+            "timestamp": zeros,
+            "frame_index": ints,
+            "episode_index": ints,
+            "index": ints,
+            "task_index": ints,
+        }
+    )
+    (root / DATA).parent.mkdir(parents=True)
+    pq.write_table(table, root / DATA)
+    episodes = pa.table(
+        {
+            "episode_index": [0],
+            "length": [rows],
+            "data/chunk_index": [0],
+            "data/file_index": [0],
+            "dataset_from_index": [0],
+            "dataset_to_index": [rows],
+        }
+    )
+    (root / EPISODES).parent.mkdir(parents=True)
     pq.write_table(episodes, root / EPISODES)
     return root

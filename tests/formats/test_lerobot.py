@@ -41,6 +41,7 @@ from tests.lerobot_fixtures import (
     episode_windows,
     remux,
     split_v3_tree,
+    state_only_tree,
     v21_tree,
     writable_v3,
 )
@@ -451,50 +452,8 @@ def test_hostile_feature_names_are_cleaned(v3: Path) -> None:
     assert all(p.resolve().is_relative_to(arrays.resolve()) for p in arrays.rglob("*"))
 
 
-def _state_only(root: Path, rows: int) -> Path:
-    """A camera-less v3.0 tree of one episode of ``rows`` all-zero frames (tiny once compressed)."""
-    shutil.copytree(FIXTURE / "meta", root / "meta")
-    shutil.rmtree(root / "meta" / "episodes")
-    info = _info(root)
-    del info["features"]["observation.image"]
-    info.update(total_episodes=1, total_frames=rows)
-    _write_info(root, info)
-    zeros = pa.array(np.zeros(rows, np.float32))
-    pair = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(2 * rows, np.float32)), 2)
-    ints = pa.array(np.zeros(rows, np.int64))
-    table = pa.table(
-        {
-            "observation.state": pair,
-            "action": pair,
-            "next.reward": zeros,
-            "next.done": pa.array(np.zeros(rows, bool)),
-            "next.success": pa.array(np.zeros(rows, bool)),
-            "timestamp": zeros,
-            "frame_index": ints,
-            "episode_index": ints,
-            "index": ints,
-            "task_index": ints,
-        }
-    )
-    (root / DATA).parent.mkdir(parents=True)
-    pq.write_table(table, root / DATA)
-    episodes = pa.table(
-        {
-            "episode_index": [0],
-            "length": [rows],
-            "data/chunk_index": [0],
-            "data/file_index": [0],
-            "dataset_from_index": [0],
-            "dataset_to_index": [rows],
-        }
-    )
-    (root / EPISODES).parent.mkdir(parents=True)
-    pq.write_table(episodes, root / EPISODES)
-    return root
-
-
 def test_a_camera_less_dataset_converts(tmp_path: Path) -> None:
-    src = _state_only(tmp_path / "s", 12)
+    src = state_only_tree(tmp_path / "s", 12)
     assert download(src, "state").exit_code == 0
     ds = open_dataset("state")
     assert ds.num_steps == 12 and "observation/state" in ds.manifest.fields
@@ -507,7 +466,7 @@ def test_a_data_file_declaring_far_more_rows_than_it_stores(
     """All-zero columns compress to almost nothing: the declared/stored rule of every reader
     refuses such a file before anything is decoded (floors lowered to keep the file small)."""
     monkeypatch.setattr("rlds_cli.formats.untrusted.RATIO_FLOOR_BYTES", 1 << 20)
-    src = _state_only(tmp_path / "s", 200_000)
+    src = state_only_tree(tmp_path / "s", 200_000)
     assert (src / DATA).stat().st_size < 200_000
     refused(download(src, "lr"), str(src / DATA), "a decompression bomb")
 
@@ -602,7 +561,7 @@ def test_export_of_a_d4rl_dataset_round_trips(tmp_path: Path) -> None:
 
 def _state_episodes(root: Path, lengths: list[int]) -> Path:
     """A camera-less v3.0 tree of episodes of ``lengths`` frames, in one data file."""
-    _state_only(root, sum(lengths))
+    state_only_tree(root, sum(lengths))
     info = _info(root)
     info.update(total_episodes=len(lengths))
     _write_info(root, info)
@@ -711,7 +670,7 @@ def test_image_features_by_path_only_are_refused(v3: Path) -> None:
 def test_a_vast_shape_in_info_json_is_refused_naming_the_feature(tmp_path: Path) -> None:
     """A ``meta/info.json`` declaring ``observation.state`` of 200 million values was refused as
     "'rows' declares ... bytes": a key no file has, and no word of info.json."""
-    src = _state_only(tmp_path / "s", 12)
+    src = state_only_tree(tmp_path / "s", 12)
     info = _info(src)
     info["features"]["observation.state"]["shape"] = [200_000_000]
     _write_info(src, info)

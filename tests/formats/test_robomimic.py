@@ -175,7 +175,8 @@ def test_data_attributes_that_are_not_what_robomimic_writes_are_noted(tmp_path: 
         f["data"].attrs["env_args"] = "{not json"
         f["data"].attrs["total"] = "lots"
     notes = convert(path, "a").manifest.conversion["notes"]
-    assert "data@env_args is not a JSON object (robomimic writes json.dumps of a dict): kept as it is" in notes
+    said = "data@env_args is not a JSON object (robomimic writes json.dumps of a dict): kept as it is"
+    assert said in notes
     assert "data@total is 'lots', not a count of steps: kept as it is" in notes
     meta = open_dataset("a").source_metadata["robomimic"]
     assert meta["env_args"] == "{not json" and meta["attrs"]["total"] == "lots"

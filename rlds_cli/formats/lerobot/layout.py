@@ -316,6 +316,14 @@ CHUNKS_SIZE_HINT = (
 )
 
 
+#: What to do about an episode's video span, or its rows' timestamps, that do not fit its frames.
+SPAN_HINT = (
+    "the episodes table, the data file and the video disagree on which frames are the episode's: the "
+    "dataset is damaged or mixes files of different versions; download the whole dataset folder again "
+    "(meta/, data/ and videos/)"
+)
+
+
 def chunks_size(info: dict[str, Any], info_path: Path) -> int | None:
     """``info.json``'s ``chunks_size`` (``None`` when absent). v2.1 computes every path from it; v3.0 does
     not need it, but a value no layout can have (0, negative, not an integer) is refused in both.
@@ -474,11 +482,26 @@ class EpisodeTables:
                     raise SourceFormatError(
                         f"{where}: {what} ends at {hi} s in {video.name}, before it starts ({lo} s)"
                     )
+                self._check_span(where, ep, v.name, video, lo, hi)
                 ep.videos[v.name] = (video, lo, hi)
             episodes.append(ep)
         for ep in episodes:  # dataset_from_index is global: the row within the file counts from its first
             ep.row_offset -= file_base[ep.data_file]
         return episodes
+
+    def _check_span(self, where: Path, ep: Episode, key: str, video: Path, lo: float, hi: float) -> None:
+        """A v3.0 episode's span of camera ``key`` holds one frame at ``fps`` per row of the episode,
+        within half a frame (a muxer's rounding of the duration lerobot stores): a span cut short or
+        too long, or another episode's span, would hand the rows frames that are not theirs."""
+        frames = (hi - lo) * self.fps
+        if abs(frames - ep.length) < 0.5:
+            return
+        raise SourceFormatError(
+            f"{where}: episode {ep.index}'s span of {key!r} in {video.name}, {lo} s to {hi} s "
+            f"(videos/{key}/from_timestamp, to_timestamp), holds {round(frames)} frames at {self.fps:g} "
+            f"fps, but the episode has {ep.length} rows",
+            hint=SPAN_HINT,
+        )
 
     def _read_episodes_v21(self) -> list[Episode]:
         path = self.root / "meta" / "episodes.jsonl"

@@ -16,6 +16,11 @@ with its reward and success moved onto the row before (``"drop"``); episodes end
 LeRobot video frames matched to parquet rows: each camera's mp4 decoded forward with PyAV, one
 frame held at a time; row ``t`` gets the frame within :data:`TIMESTAMP_TOLERANCE_S` of
 ``from_timestamp + timestamp[t]`` (lerobot's rule), as uint8 RGB (``gray``: one channel), HWC or CHW.
+That frame must lie inside the episode's span ``[from_timestamp, to_timestamp)`` (v2.1: ``[0,
+length / fps)`` of the episode's own file) and be later than the previous row's, and the
+timestamps must be finite and increase within the episode: with a span of one frame per row
+(:meth:`EpisodeTables._check_span <rlds_cli.formats.lerobot.layout.EpisodeTables._check_span>`),
+every frame of the span goes to exactly one row, in order.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from rlds_cli.formats.base import (
 )
 from rlds_cli.formats.lerobot.layout import (
     INFO_FILE,
+    SPAN_HINT,
     VERSIONS,
     Episode,
     EpisodeTables,
@@ -267,6 +273,11 @@ def rule_notes(plan: FeaturePlan, last_step: str, report: ConversionReport) -> N
 
 #: lerobot's ``tolerance_s`` default: how far a frame's time may be from the row's timestamp.
 TIMESTAMP_TOLERANCE_S = 1e-4
+#: What to do about a data file whose timestamps cannot pick an episode's frames.
+TIMESTAMPS_HINT = (
+    "the data file's timestamp column is damaged: download the whole dataset folder again "
+    "(meta/, data/ and videos/)"
+)
 
 
 class VideoCursor:
@@ -282,6 +293,8 @@ class VideoCursor:
         self.current: Any = None
         self.current_time = -np.inf
         self.time_base: Any = None
+        #: the last frame handed out: (file, episode, row, frame time, the row's time in the file)
+        self.taken: tuple[Path, int, int, float, float] | None = None
         channels = feature.shape[0] if feature.channels_first else feature.shape[-1]
         formats = {1: "gray", 3: "rgb24", 4: "rgba"}
         if channels not in formats:
@@ -345,9 +358,20 @@ class VideoCursor:
         return np.ascontiguousarray(image, dtype=np.uint8)
 
     def frames(
-        self, path: Path, times: np.ndarray, episode: int, start: float, stop: float, length: int
+        self,
+        path: Path,
+        times: np.ndarray,
+        episode: int,
+        start: float,
+        stop: float,
+        length: int,
+        *,
+        first_row: int = 0,
+        span: str = "",
     ) -> np.ndarray:
-        """The frames at ``times`` (seconds in the file), as ``[len(times), *shape]`` uint8."""
+        """The frames at ``times`` (seconds in the file; rows ``first_row ..`` of ``episode``, whose
+        span is ``[start, stop)``, from ``span``), as ``[len(times), *shape]`` uint8. Each frame
+        must lie inside the span (with the tolerance of the match) and after the previous row's."""
         tol = TIMESTAMP_TOLERANCE_S
         if path != self.path or (len(times) and times[0] < self.current_time - tol):
             self._open(path)
@@ -359,8 +383,33 @@ class VideoCursor:
                 self._advance()
             if self.current is None or self.current_time > t + slack:
                 raise self._missing(path, float(t), episode, start, stop, length)
+            self._check_taken(path, episode, first_row + i, float(t), start, stop, slack, span)
             out[i] = self._array()
         return out
+
+    def _check_taken(
+        self, path: Path, episode: int, row: int, t: float, start: float, stop: float, slack: float, span: str
+    ) -> None:
+        """The frame matched to ``row`` (at file time ``t``) lies inside its episode's span, and after
+        the frame of the row before: else the row holds another episode's frame, or a frame twice."""
+        when, key = self.current_time, self.feature.name
+        if not start - slack <= when < stop - slack:
+            raise SourceFormatError(
+                f"{path}: row {row} of episode {episode} ({key!r}) is matched to the frame at {when:.4f} s, "
+                f"outside the episode's span {start:.3f} s to {stop:.3f} s ({span}; the row's timestamp "
+                f"is {t - start:.4f} s)",
+                hint=SPAN_HINT,
+            )
+        if self.taken is not None and self.taken[:2] == (path, episode) and when <= self.taken[3]:
+            _, _, before, taken, stamp = self.taken
+            which = "both matched to the frame" if when == taken else "matched to frames out of order,"
+            raise SourceFormatError(
+                f"{path}: rows {before} and {row} of episode {episode} ({key!r}) are {which} at "
+                f"{when:.4f} s (timestamps {stamp - start:.5f} s and {t - start:.5f} s); each row needs a "
+                "frame of its own",
+                hint=TIMESTAMPS_HINT,
+            )
+        self.taken = (path, episode, row, when, t)
 
     def _missing(
         self, path: Path, t: float, episode: int, start: float, stop: float, length: int
@@ -493,6 +542,8 @@ class LeRobotReader(Reader):
         self._early_note: int | None = None
         rule_notes(self.plan, self.last_step, self.report)
         self._videos: dict[str, VideoCursor] = {}
+        #: the last timestamp read: (episode, its next row, timestamp), to compare across blocks
+        self._stamp_tail: tuple[int, int, float] | None = None
         columns = [*(f.name for f in self.columns), "episode_index"]
         if self.videos and "timestamp" not in columns:
             columns.append("timestamp")
@@ -592,11 +643,50 @@ class LeRobotReader(Reader):
             if "timestamp" not in table.column_names:
                 raise SourceFormatError(f"{where} has no 'timestamp' column; video frames are matched by it")
             stamps = column_array(self.pa, table.column("timestamp"), (), where, "timestamp").reshape(-1)
+            self._check_stamps(ep, start, stamps.astype(np.float64), where)
             for f in self.videos:
                 video, lo, hi = ep.videos[f.name]
                 times = lo + stamps.astype(np.float64)
-                out[f.name] = self._video(f).frames(video, times, ep.index, lo, hi, ep.length)
+                span = (
+                    f"videos/{f.name}/from_timestamp, to_timestamp in meta/episodes"
+                    if self.version == "v3.0"
+                    else "0 s to length / fps: v2.1 gives each episode its own file"
+                )
+                out[f.name] = self._video(f).frames(
+                    video, times, ep.index, lo, hi, ep.length, first_row=start, span=span
+                )
         return out
+
+    def _check_stamps(self, ep: Episode, start: int, stamps: np.ndarray, where: Path) -> None:
+        """Rows ``start ..`` of ``ep`` have finite timestamps that increase within the episode (from
+        the block before too): each row is matched to a video frame of its own by its timestamp, so
+        a NaN would take the frame held, and a repeat the previous row's frame. Checked only where
+        the dataset has video: without it the timestamp chooses nothing and is kept as data
+        (``info/timestamp``), as stored."""
+        bad = np.flatnonzero(~np.isfinite(stamps))
+        if bad.size:
+            i = int(bad[0])
+            raise SourceFormatError(
+                f"{where}: row {start + i} of episode {ep.index} (file row {ep.row_offset + start + i}) has "
+                f"timestamp {stamps[i]}; video frames are matched by timestamp, so each must be a finite "
+                "number of seconds",
+                hint=TIMESTAMPS_HINT,
+            )
+        tail = self._stamp_tail
+        before = tail is not None and tail[:2] == (ep.index, start)
+        seq = np.concatenate([[tail[2]], stamps]) if tail is not None and before else stamps
+        down = np.flatnonzero(np.diff(seq) <= 0)
+        if down.size:
+            j = int(down[0])
+            row = start + j + (0 if before else 1)
+            raise SourceFormatError(
+                f"{where}: row {row} of episode {ep.index} (file row {ep.row_offset + row}) has timestamp "
+                f"{seq[j + 1]:.4f} s, not after row {row - 1}'s {seq[j]:.4f} s; an episode's timestamps "
+                "must increase, each row being matched to a video frame of its own",
+                hint=TIMESTAMPS_HINT,
+            )
+        if len(stamps):
+            self._stamp_tail = (ep.index, start + len(stamps), float(stamps[-1]))
 
     def _check_tasks(self, indices: np.ndarray, where: Path) -> None:
         """Every row's ``task_index`` is a task of the tasks table (lerobot looks each one up there)."""
