@@ -9,6 +9,8 @@ frames, written by lerobot itself) whose info.json a test edits.
   though v3.0 does not read it.
 * v2.1 ``total_chunks`` that differs from the chunk folders the episodes lie in: converted, with
   a warning naming both values (paths come from ``chunks_size``).
+* A feature's declared ``dtype`` other than its parquet column's: converted as the parquet holds
+  it, with a warning naming both.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import Result
 from rich.console import Console
@@ -97,3 +100,16 @@ def test_a_v21_total_chunks_other_than_the_layout_is_a_warning(v3: Path, tmp_pat
     ds = open_dataset("lr21")
     assert (ds.num_episodes, ds.num_steps) == (3, sum(LENGTHS))
     assert any("total_chunks=7" in note for note in ds.manifest.conversion["notes"])
+
+
+def test_a_declared_dtype_other_than_the_parquets_is_a_warning(v3: Path) -> None:
+    info = json.loads((v3 / "meta" / "info.json").read_text())
+    state = info["features"]["observation.state"]
+    assert state["dtype"] == "float32"
+    state["dtype"] = "int64"
+    _edit_info(v3, features=info["features"])
+    result = download(v3, "d")
+    assert result.exit_code == 0, result.output
+    said = "'observation.state' holds float32, meta/info.json declares int64: the parquet's values are kept"
+    assert result.stderr.count(said) == 1
+    assert open_dataset("d")[:]["observation/state"].dtype == np.float32

@@ -180,6 +180,8 @@ class Feature:
     shape: tuple[int, ...]
     key: str = ""
     channels_first: bool = False
+    #: the ``dtype`` ``info.json`` declares (``float32``, ``int64``, ``bool``, ...)
+    declared: str = ""
 
 
 def channels_first(name: str, shape: tuple[int, ...], names: object, where: Path) -> bool:
@@ -254,6 +256,7 @@ def plan_features(info: dict[str, Any], info_path: Path, report: ConversionRepor
             feat = Feature(name, "observation", shape)
         else:
             feat = Feature(name, "info", shape)
+        feat.declared = dtype if isinstance(dtype, str) else ""
         out.append(feat)
     if not any(f.kind == "action" for f in out):
         raise SourceFormatError(f"{info_path}: no 'action' feature; rlds needs the actions")

@@ -544,6 +544,7 @@ class LeRobotReader(Reader):
         self._videos: dict[str, VideoCursor] = {}
         #: the last timestamp read: (episode, its next row, timestamp), to compare across blocks
         self._stamp_tail: tuple[int, int, float] | None = None
+        self._dtype_noted: set[str] = set()
         columns = [*(f.name for f in self.columns), "episode_index"]
         if self.videos and "timestamp" not in columns:
             columns.append("timestamp")
@@ -637,6 +638,7 @@ class LeRobotReader(Reader):
                 )
             else:
                 out[f.name] = column_array(self.pa, table.column(f.name), f.shape, where, f.name)
+                self._note_dtype(f, out[f.name].dtype, where)
         if self.tasks and "task_index" in out:
             self._check_tasks(out["task_index"], where)
         if self.videos:
@@ -656,6 +658,22 @@ class LeRobotReader(Reader):
                     video, times, ep.index, lo, hi, ep.length, first_row=start, span=span
                 )
         return out
+
+    def _note_dtype(self, feature: Feature, held: np.dtype[Any], where: Path) -> None:
+        """A note (once per feature) where the parquet holds another dtype than ``info.json``
+        declares: the parquet's values are what is stored."""
+        if feature.name in self._dtype_noted or not feature.declared:
+            return
+        try:
+            declared = np.dtype(feature.declared)
+        except TypeError:
+            return  # a dtype numpy has no name for (lerobot's own): nothing to compare with
+        if declared != held:
+            self._dtype_noted.add(feature.name)
+            self.report.notes.append(
+                f"{where.name}: column {feature.name!r} holds {held}, {INFO_FILE.as_posix()} declares "
+                f"{feature.declared}: the parquet's values are kept as {held}"
+            )
 
     def _check_stamps(self, ep: Episode, start: int, stamps: np.ndarray, where: Path) -> None:
         """Rows ``start ..`` of ``ep`` have finite timestamps that increase within the episode (from
