@@ -25,10 +25,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from rich.console import Console
 
 from rlds_cli.cache import open_dataset
-from rlds_cli.cli import output
 from rlds_cli.errors import SourceFormatError
 from rlds_cli.sources.convert import convert
 from tests.cli_fixtures import download
@@ -51,10 +49,8 @@ pytest.importorskip("av")
 SPAN = "videos/observation.image/"
 
 
-@pytest.fixture(autouse=True)
-def wide(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A wide stderr, so one error line stays one line."""
-    monkeypatch.setattr(output, "err_console", Console(stderr=True, highlight=False, width=400))
+#: wide consoles: one error line stays one line
+pytestmark = [pytest.mark.usefixtures("consoles"), pytest.mark.console_widths(400, 400)]
 
 
 @pytest.fixture

@@ -22,10 +22,8 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import Result
-from rich.console import Console
 
 from rlds_cli.cache import open_dataset
-from rlds_cli.cli import output
 from tests.cli_fixtures import download
 from tests.formats_fixtures import refused
 from tests.lerobot_fixtures import LENGTHS, v21_tree, writable_v3
@@ -34,10 +32,8 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("av")
 
 
-@pytest.fixture(autouse=True)
-def wide(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A wide stderr, so one error line stays one line."""
-    monkeypatch.setattr(output, "err_console", Console(stderr=True, highlight=False, width=400))
+#: wide consoles: one error line stays one line
+pytestmark = [pytest.mark.usefixtures("consoles"), pytest.mark.console_widths(400, 400)]
 
 
 @pytest.fixture

@@ -15,11 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from rlds_cli.cache import open_dataset
-from rlds_cli.cli import output
 from rlds_cli.cli.app import app
 from tests.d4rl_fixtures import golden_three_episodes
 from tests.plugin_fixtures import install_tiny_plugin
@@ -73,12 +71,6 @@ def test_without_the_plugin_the_format_is_unknown(tmp_path: Path) -> None:
     assert result.returncode == 1 and "unknown source format 'tiny'" in result.stderr, result.stderr
 
 
-@pytest.fixture
-def wide(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A wide stderr, so one error line stays one line."""
-    monkeypatch.setattr(output, "err_console", Console(stderr=True, highlight=False, width=400))
-
-
 @pytest.mark.parametrize(
     ("option", "words"),
     [
@@ -92,7 +84,7 @@ def wide(monkeypatch: pytest.MonkeyPatch) -> None:
     ],
 )
 def test_a_bad_option_is_one_line_naming_it(
-    tmp_path: Path, wide: None, option: str, words: list[str]
+    tmp_path: Path, consoles: None, option: str, words: list[str]
 ) -> None:
     src = golden_three_episodes(tmp_path / "d.hdf5", with_next=True)
     result = CliRunner().invoke(app, ["download", str(src), "--option", option])
@@ -102,7 +94,7 @@ def test_a_bad_option_is_one_line_naming_it(
     assert "Traceback" not in result.stderr
 
 
-def test_options_from_the_cli_are_typed_in_the_manifest(tmp_path: Path, wide: None) -> None:
+def test_options_from_the_cli_are_typed_in_the_manifest(tmp_path: Path, consoles: None) -> None:
     src = golden_three_episodes(tmp_path / "d.hdf5", with_next=False)
     result = CliRunner().invoke(
         app,
@@ -113,7 +105,7 @@ def test_options_from_the_cli_are_typed_in_the_manifest(tmp_path: Path, wide: No
     assert ds.manifest.source["options"] == {"max_episode_steps": 2, "block_rows": 3}
 
 
-def test_a_cli_option_overrides_the_registry_entrys(wide: None) -> None:
+def test_a_cli_option_overrides_the_registry_entrys(consoles: None) -> None:
     """The demo entry says max_episode_steps = 100; the command line's value wins, typed."""
     result = CliRunner().invoke(
         app, ["download", "demo", "--name", "d50", "--option", "max_episode_steps=50"]
