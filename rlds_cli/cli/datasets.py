@@ -172,10 +172,8 @@ def inspect(
                 if is_url(name)
                 else f"'rlds verify {shown}' checks every file"
             )
-            output.error(
-                f"{shown}: check failed: {count} violation(s)",
-                f"'rlds inspect {shown} --check' lists them; {mend}",
-            )
+            listed = f"'rlds inspect {shown} --check' without -q lists them" if quiet else "listed above"
+            output.error(f"{shown}: check failed: {count} violation(s)", f"{listed}; {mend}")
         raise typer.Exit(1)
 
 

@@ -368,18 +368,21 @@ def image_format(data: Any, channels_first: bool = False) -> FrameFormat:
         if codec == "jpeg":
             import simplejpeg
 
-            height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
-            channels = 0 if colorspace not in _JPEG_COLORSPACES else 1 if colorspace == "Gray" else 3
+            height, width, mode, _ = simplejpeg.decode_jpeg_header(data)
+            channels = 0 if mode not in _JPEG_COLORSPACES else 1 if mode == "Gray" else 3
+            kinds = "gray or RGB"
         else:
             from PIL import Image
 
             with Image.open(io.BytesIO(memoryview(data))) as image:
                 width, height = image.size
-                channels = {v: k for k, v in _MODES.items()}.get(image.mode, 0)
+                mode = image.mode
+                channels = {v: k for k, v in _MODES.items()}.get(mode, 0)
+            kinds = "gray, RGB or RGBA"
     except Exception as exc:
         raise FrameError(f"a {codec} image whose header is damaged: {exc}") from exc
-    if channels == 0:
-        raise FrameError(f"a {codec} image in a mode other than gray, RGB or RGBA (frames are one of those)")
+    if channels == 0:  # not damage: a kind of image no frame is (convert the images first)
+        raise FrameError(f"a {codec} image in {mode} (frames are {kinds} images)")
     if channels == 1:
         return FrameFormat(codec, (height, width))
     shape = (channels, height, width) if channels_first else (height, width, channels)

@@ -14,7 +14,7 @@ from rlds_cli.cache.composed import parts_of
 from rlds_cli.cache.layout import SOURCE_ARRAYS_FILE
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.catalog import registry
-from rlds_cli.errors import DatasetNotFoundError
+from rlds_cli.errors import CorruptDatasetError, DatasetNotFoundError
 from rlds_cli.net.layout import HashStore, raw_dir
 
 
@@ -74,7 +74,10 @@ def verify(name: str, root: str | Path | CacheRoot | None = None) -> dict[str, A
     cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
     entry = registry.resolve(name) if not cache.exists(name) and registry.is_known(name) else None
     cache_name = entry.cache_name if entry else name
-    manifest = cache.manifest(cache_name) if cache.exists(cache_name) else None
+    try:
+        manifest = cache.manifest(cache_name) if cache.exists(cache_name) else None
+    except CorruptDatasetError as exc:  # nothing else can be checked against it
+        return _unreadable_manifest(cache, cache_name, exc)
     folder = _raw_folder(cache, name, entry, manifest)
     if manifest is None and (folder is None or not HashStore(folder).exists()):
         raise DatasetNotFoundError(
@@ -101,6 +104,28 @@ def verify(name: str, root: str | Path | CacheRoot | None = None) -> dict[str, A
         "files": files,
         "manifest": legacy,
         "ok": ok,
+    }
+
+
+def _unreadable_manifest(cache: CacheRoot, name: str, exc: CorruptDatasetError) -> dict[str, Any]:
+    """The report of a dataset whose manifest cannot be trusted: that check failed; every other
+    check needs the manifest (its files, digests and source are what it records)."""
+    hint = (
+        f"remove it ('rlds rm {name}') and make it again from its source (download, convert, or the "
+        "command that derived it): its manifest, which records them, is damaged"
+    )
+    checks = [
+        _check("manifest readable", "fail", exc.message, hint),
+        _check("dataset files", "skipped", "checked against the manifest, which cannot be trusted"),
+    ]
+    return {
+        "name": name,
+        "kind": "unknown (damaged manifest)",
+        "raw_dir": None,
+        "checks": checks,
+        "files": [],
+        "manifest": [],
+        "ok": False,
     }
 
 
@@ -377,7 +402,6 @@ def _dataset_checks(
     """The cached dataset's own files: complete, and with the content recorded at write."""
     from rlds_cli.cache.digest import NOT_RECORDED, check_digests
     from rlds_cli.cache.opening import open_dataset
-    from rlds_cli.errors import CorruptDatasetError
 
     manifest = cache.manifest(name)
     redo = _redo_hint(kind, manifest)
@@ -437,7 +461,6 @@ def _dataset_checks(
 def _owner(cache: CacheRoot, path: Path) -> str | None:
     """The name of the cached dataset whose folder holds ``path`` (``None``: outside the cache)."""
     from rlds_cli.cache.manifest import read_manifest
-    from rlds_cli.errors import CorruptDatasetError
 
     try:
         folder = cache.datasets_dir / Path(path).relative_to(cache.datasets_dir).parts[0]

@@ -185,7 +185,7 @@ def test_cmyk_jpegs_are_no_frames() -> None:
     own way): refused, never kept and served as some RGB."""
     buf = io.BytesIO()
     Image.fromarray(scene()).convert("CMYK").save(buf, format="JPEG")
-    with pytest.raises(FrameError, match="mode other than gray, RGB or RGBA"):
+    with pytest.raises(FrameError, match=r"a jpeg image in CMYK \(frames are gray or RGB images\)"):
         image_format(buf.getvalue())
     with pytest.raises(FrameError, match="a CMYK JPEG image"):
         decode(buf.getvalue(), FrameFormat("jpeg", (48, 64, 3)))

@@ -109,9 +109,12 @@ def test_cli_check_exit_codes(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "[done] episode 1, step 3: the episode's last step has next/done false" in result.stdout
     assert "check failed" in result.stdout
+    # the hint points at the lines above (it said to run the command that printed them)
+    assert result.stderr.splitlines()[-1] == "hint: listed above; 'rlds verify m' checks every file"
     # as verify: one error line on stderr, with -q too (it printed nothing but the exit code)
     quiet = CliRunner().invoke(app, ["inspect", "m", "--check", "-q"])
     assert quiet.exit_code == 1 and quiet.stderr.startswith("error: m: check failed: 2 violation(s)")
+    assert "'rlds inspect m --check' without -q lists them" in quiet.stderr
     result = CliRunner().invoke(app, ["inspect", "m", "--check", "--json"])
     assert result.exit_code == 1
     assert result.stderr == ""  # --json: the document says it

@@ -264,7 +264,26 @@ def test_a_tampered_digest_field_is_one_clear_error() -> None:
     result = rlds("verify", "d")
     assert result.exit_code == 1 and "Traceback" not in result.stderr
     (error,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert "content_digest" in error and str(path) in error
+    assert error == "error: d: verification failed: 1 of 2 checks (manifest readable)"
+    (failed,) = [line for line in result.stdout.splitlines() if line.startswith("fail")]
+    assert "content_digest" in failed and str(path) in failed
+
+
+def test_a_manifest_edited_by_hand_fails_its_check_in_verifys_report() -> None:
+    """verify stopped at the manifest with one error line whose hint said to run verify, printed
+    no check, and --json wrote nothing."""
+    make_dataset("d", LENGTHS)
+    path = open_dataset("d").directory / MANIFEST_FILE
+    path.write_text(path.read_text().replace('"num_episodes": 5', '"num_episodes": 4'))
+    report = verify_json("d")
+    assert report["exit_code"] == 1 and not report["ok"]
+    assert statuses(report) == {"manifest readable": "fail", "dataset files": "skipped"}
+    assert "does not match its own digest" in report["checks"][0]["detail"]
+    result = rlds("verify", "d")
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[0].startswith("fail    manifest readable: manifest ")
+    hint = result.stderr.splitlines()[-1]
+    assert hint.startswith("hint: remove it ('rlds rm d')") and "rlds verify" not in hint
 
 
 # ----------------------------------------------------------------------------- checks by kind
