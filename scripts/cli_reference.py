@@ -25,9 +25,10 @@ conventions below over every command.
   `verify`) or a declined confirmation (`rm` answered "n": `kept NAME: nothing was removed`);
   `2` a usage error (unknown command or option, a missing or malformed argument: click's
   message, no hint); `130` interrupted (Ctrl-C), `143` terminated (SIGTERM: `kill`, `timeout`,
-  SLURM), with nothing published and no temporary file left (an interrupted `push` says the
-  remote holds the earlier version or the new one whole: its commit may have landed before the
-  answer came back). A reader that closes the pipe early (`rlds list -q | head -1`) ends the
+  SLURM), with nothing published and no temporary file left (a publish, one rename, is never
+  cut: one interrupted after it says what it published; an interrupted `push` says the remote
+  holds the earlier version or the new one whole: its commit may have landed before the answer
+  came back). A reader that closes the pipe early (`rlds list -q | head -1`) ends the
   output, not the command: the rest goes nowhere and the exit code is the command's own.
 - **Options every command has.** `-h/--help`; `--json` (one JSON document on stdout, nothing
   else there; strict JSON: a number that is not finite, NaN or infinity, is `null`);

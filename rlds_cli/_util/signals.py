@@ -1,6 +1,8 @@
 """The command line's interruptions: Ctrl-C (SIGINT) and SIGTERM (``kill``, ``timeout``, ``docker
 stop``, SLURM) raise :class:`KeyboardInterrupt` in the command, so the same cleanup runs for both
-(temporary files removed, nothing published) and the command says so in one line.
+(temporary files removed, nothing published) and the command says so in one line. A publish (one
+rename) is never cut: an interruption during it waits for its end (:func:`publishing`), and the
+command then says what it published.
 
 Installed by the ``rlds`` entry point only: the library leaves a program's signals to it. An
 interruption is also remembered: one raised inside a library's cleanup is dropped there (h5py's
@@ -13,7 +15,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
@@ -24,6 +27,8 @@ class Terminated(KeyboardInterrupt):
 
 _received: int | None = None
 _owner: int | None = None
+_deferring = 0
+_published: list[str] = []
 _previous_hook: Callable[[Any], object] = sys.unraisablehook
 
 
@@ -58,7 +63,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
         os.kill(os.getpid(), signum)
         return
     _received = signum
-    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    if not _deferring:
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 #: Exit codes of an interrupted command: 128 + the signal's number, as a shell reports it.
@@ -79,3 +85,39 @@ def raise_if_interrupted() -> None:
     signum, _received = _received, None
     if signum is not None:
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """Run the block whole: an interruption received during it is raised once it has run (blocks
+    nest; the outermost raises it)."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+    if not _deferring:
+        raise_if_interrupted()
+
+
+@contextmanager
+def publishing(what: str) -> Iterator[None]:
+    """Run the block that publishes ``what`` (``dataset 'x'``, a path: one rename) whole
+    (:func:`held`); once it has run, ``what`` is among :func:`published`: an interruption then
+    says so, never "nothing was published"."""
+    if not _deferring:
+        raise_if_interrupted()  # one a library's cleanup dropped: nothing is published
+    with held():
+        yield
+        _published.append(what)
+
+
+def published() -> list[str]:
+    """What :func:`publishing` blocks published since :func:`forget_published`."""
+    return list(_published)
+
+
+def forget_published() -> None:
+    """Start a new command's record of what it published."""
+    _published.clear()

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli._util import signals
 from rlds_cli._version import __version__
 from rlds_cli.cache import digest
 from rlds_cli.cache.compose import check_readable, composed_selection, publish_index, refuse_growing
@@ -187,8 +188,8 @@ def _publish_together(
     """Publish datasets whose own data is their index (a split's two views) as one step as far as
     a reader can tell: every name locked (in name order) and checked, every build written, the
     datasets they replace deleted, then each published (renames only). A kill leaves the old ones,
-    or some of the new ones with the others missing, never old and new side by side; an error
-    leaves the old ones."""
+    or some of the new ones with the others missing, never old and new side by side (an
+    interruption waits for the last rename: all new ones); an error leaves the old ones."""
     with ExitStack() as stack:
         txns = {
             m.name: stack.enter_context(
@@ -200,10 +201,11 @@ def _publish_together(
             txn = txns[manifest.name]
             write_index(txn.new_build_dir(), index, fsync=txn.fsync)
             txn.seal(manifest)
-        for txn in txns.values():
-            txn.withdraw()
-        for manifest, _ in made:
-            txns[manifest.name].publish()
+        with signals.held():  # an interruption waits: never some of the new ones published
+            for txn in txns.values():
+                txn.withdraw()
+            for manifest, _ in made:
+                txns[manifest.name].publish()
 
 
 def view_manifest(

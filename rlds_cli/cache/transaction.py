@@ -176,9 +176,9 @@ class CacheTransaction:
 
     def publish(self) -> Path:
         """Publish the sealed build under the name; returns the published directory."""
-        signals.raise_if_interrupted()  # one a library's cleanup dropped: nothing is published
-        final = self.cache.publish(self.build_dir, self.name, replace=self.replace, fsync=self.fsync)
-        self._committed = True
+        with signals.publishing(f"dataset {self.name!r}"):
+            final = self.cache.publish(self.build_dir, self.name, replace=self.replace, fsync=self.fsync)
+            self._committed = True
         return final
 
     def commit(self, manifest: Manifest) -> Path:

@@ -459,6 +459,7 @@ def handle_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if kwargs.get("verbose"):
             configure_logging(int(kwargs["verbose"]))
+        signals.forget_published()
         try:
             # before the command: the handlers below ask RLDS_DEBUG again, where a bad value
             # would raise inside the handling of another error, and RLDS_FSYNC is asked midway
@@ -490,6 +491,10 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt as exc:
             what, code = interruption(exc)
             said, hint = INTERRUPTED.get(func.__name__, ("nothing was published", ""))
+            done = signals.published()
+            if done:  # the interruption came after a publish: that part is done
+                said = f"{', '.join(done)} {'was' if len(done) == 1 else 'were'} published whole before it"
+                hint = ""
             error(f"{what}; {said}", hint)
             raise typer.Exit(code) from None
         except Exception as exc:

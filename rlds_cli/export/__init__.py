@@ -321,8 +321,8 @@ def atomic_target(
             if is_disk_full(exc):  # the OS error names no file, or the temporary one
                 raise DiskFullError(f"no space left on the device writing {out}", hint=_DISK_HINT) from None
             raise
-        signals.raise_if_interrupted()  # one a library's cleanup dropped: the export is not placed
-        _replace(out, tmp, overwrite=overwrite)
+        with signals.publishing(str(out)):
+            _replace(out, tmp, overwrite=overwrite)
     except BaseException:
         _remove(tmp)
         raise

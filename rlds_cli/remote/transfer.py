@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli import settings
+from rlds_cli._util import signals
 from rlds_cli._util.io import atomic_write, fsync_tree, sha256_file
 from rlds_cli._util.locks import Timeout
 from rlds_cli._util.progress import Progress
@@ -653,7 +654,8 @@ def _pull_locked(
     fsync = settings.fsync_enabled()
     if fsync:
         fsync_tree(build)
-    cache.publish(build, name, replace=force, fsync=fsync)
+    with signals.publishing(f"dataset {name!r}"):
+        cache.publish(build, name, replace=force, fsync=fsync)
 
 
 def _kept_intact(path: Path, entry: FileEntry) -> bool:

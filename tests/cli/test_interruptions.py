@@ -205,3 +205,46 @@ def test_ctrl_c_stops_a_download_of_several_files_from_a_stalled_server(tmp_path
     finally:
         server.kill()
         server.wait()
+
+
+@pytest.mark.parametrize("step", ["rename", "after"])
+def test_sigterm_during_or_after_the_publish_says_it_was_published(tmp_path: Path, step: str) -> None:
+    """The dataset's rename is never cut, and a signal once it has run said "nothing was
+    published" of a dataset then listed (143 either way: the signal stopped the command)."""
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=False)
+    target = "CacheRoot.publish" if step == "rename" else "CacheTransaction.publish"
+    module = "rlds_cli.cache.root" if step == "rename" else "rlds_cli.cache.transaction"
+    name = target.split(".")[0]
+    before = (
+        f"from {module} import {name}\n"
+        f"real = {target}\n"
+        "def publish(self, *a, **k):\n"
+        "    out = real(self, *a, **k)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return out\n"
+        f"{target} = publish\n"
+    )
+    home = tmp_path / "home"
+    done = _rlds(home, before, "download", str(source), "--name", "g")
+    assert done.returncode == 143, done.stderr
+    assert done.stderr == "error: terminated (SIGTERM); dataset 'g' was published whole before it\n"
+    assert (home / "datasets" / "g" / "manifest.json").is_file() and _leftovers(home) == []
+
+
+def test_a_split_interrupted_between_its_renames_publishes_both_parts(tmp_path: Path) -> None:
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=False)
+    home = tmp_path / "home"
+    assert _rlds(home, "", "download", str(source), "--name", "g").returncode == 0
+    before = (
+        "from rlds_cli.cache.root import CacheRoot\n"
+        "real = CacheRoot.publish\n"
+        "def publish(self, *a, **k):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"  # before the first part's rename
+        "    return real(self, *a, **k)\n"
+        "CacheRoot.publish = publish\n"
+    )
+    done = _rlds(home, before, "split", "g", "--val", "0.34")
+    assert done.returncode == 130, done.stderr
+    made = sorted(p.name for p in (home / "datasets").iterdir())
+    assert len(made) == 3, made
+    assert done.stderr.startswith("error: interrupted; dataset ") and "were published whole" in done.stderr
