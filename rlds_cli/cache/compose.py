@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import operator
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -260,10 +260,11 @@ def check_readable(ds: Dataset) -> None:
         )
 
 
-def verify_parent(ds: Dataset, shown_at: Path | None = None) -> None:
+def verify_parent(ds: Dataset, shown_at: Path | None = None, keys: Collection[str] | None = None) -> None:
     """Check a parent's files and content digests before anything is made of it. ``shown_at``:
     the folder to name in messages instead of ``ds``'s own (a growing dataset checked through a
-    snapshot of hard links, which is gone once the command ends).
+    snapshot of hard links, which is gone once the command ends); ``keys``: the columns read to
+    make it (default: all; see :func:`~rlds_cli.cache.digest.check_digests`).
 
     Raises:
         CorruptDatasetError: A file is missing or short, or a digest differs (the first named).
@@ -277,7 +278,7 @@ def verify_parent(ds: Dataset, shown_at: Path | None = None) -> None:
         raise CorruptDatasetError(
             shown(f"dataset {ds.name!r} is damaged: {problems[0]}"), hint="rlds inspect --check"
         )
-    report = digest.check_digests(ds)
+    report = digest.check_digests(ds, keys=keys)
     if report.problems:
         bad = report.problems[0]
         raise CorruptDatasetError(

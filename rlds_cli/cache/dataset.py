@@ -344,11 +344,17 @@ class Dataset:
         """Non-step arrays kept from the source file (e.g. D4RL ``metadata/policy/*``).
 
         Raises:
-            CorruptDatasetError: The file is damaged (its CRC, a header or a length).
+            CorruptDatasetError: The file is damaged (its CRC, a header or a length), or missing
+                where the manifest records its digest (it was written).
         """
         path = self.directory / SOURCE_ARRAYS_FILE
         if not path.is_file():
             self._check_not_replaced()
+            if self.manifest.content_digest.get("source_arrays"):  # written, then lost: never "none"
+                raise CorruptDatasetError(
+                    f"{path} is missing: the manifest records its digest",
+                    hint=damage_hint(self.manifest.name),
+                )
             return {}
         try:
             with np.load(path, allow_pickle=False) as data:

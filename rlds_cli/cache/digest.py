@@ -21,7 +21,7 @@ parent's digests. A dataset without ``content_digest`` is skipped, never failed.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -236,7 +236,10 @@ class DigestReport:
 
 
 def check_digests(
-    ds: Dataset, progress: Callable[[str], None] | None = None, budget: Budget | None = None
+    ds: Dataset,
+    progress: Callable[[str], None] | None = None,
+    budget: Budget | None = None,
+    keys: Collection[str] | None = None,
 ) -> DigestReport:
     """Recompute the content digests of ``ds`` and compare them with its manifest.
 
@@ -247,6 +250,8 @@ def check_digests(
         ds: An open dataset.
         progress: Called with each key before it is hashed.
         budget: The block budget of the reads (default: :data:`BLOCK_BYTES` a block).
+        keys: Check only these columns (default: all); the episode indices and source arrays
+            are checked either way.
 
     Returns:
         A :class:`DigestReport`; ``recorded`` is false for datasets without digests.
@@ -259,7 +264,7 @@ def check_digests(
         check_segments = getattr(ds, "check_segments", None)  # a growing dataset's leaves out retired ones
 
         def check(part: Dataset) -> DigestReport:
-            return check_digests(part, progress, budget)
+            return check_digests(part, progress, budget, keys)
 
         if check_segments is None:
             reports = [check(part) for part in parts()]
@@ -307,6 +312,8 @@ def check_digests(
         from rlds_cli.cache.backends.frames import frame_files, open_frames
 
         for key, spec in holder.fields.items():
+            if keys is not None and key not in keys:
+                continue
             fmt = spec.frame_format
             path = frame_files(directory, key)[0] if fmt else column_path(directory, holder.backend, key)
             want = recorded_columns.get(key)
@@ -336,20 +343,30 @@ def check_digests(
                         f"recorded {want[:16]}...)",
                     )
                 )
+    if algorithm is not None and holder is not ds.manifest:  # a view reads its parent's too
+        _check_source_arrays(directory, holder.content_digest, algorithm, report)
     own_algorithm = _algorithm_or_problem(ds.manifest, ds.directory, report)
     if own_algorithm is None:
         return report
     _check_own_index(ds, report, own_algorithm)
-    if own.get("source_arrays"):
-        path = ds.directory / SOURCE_ARRAYS_FILE
-        report.checked.append("source_arrays")
-        if not path.is_file():
-            report.problems.append(DigestProblem("source_arrays", path, "the file is missing"))
-        elif file_digest(path, own_algorithm) != own["source_arrays"]:
-            report.problems.append(
-                DigestProblem("source_arrays", path, "the file changed since it was written")
-            )
+    _check_source_arrays(ds.directory, own, own_algorithm, report)
     return report
+
+
+def _check_source_arrays(
+    directory: Path, recorded: dict[str, Any], algorithm: str, report: DigestReport
+) -> None:
+    """``directory``'s ``source_metadata.npz`` against the digest ``recorded`` for it (none: no
+    such file was written)."""
+    want = recorded.get("source_arrays")
+    if not want:
+        return
+    path = directory / SOURCE_ARRAYS_FILE
+    report.checked.append("source_arrays")
+    if not path.is_file():
+        report.problems.append(DigestProblem("source_arrays", path, "the file is missing"))
+    elif file_digest(path, algorithm) != want:
+        report.problems.append(DigestProblem("source_arrays", path, "the file changed since it was written"))
 
 
 def _algorithm_or_problem(holder: Manifest, directory: Path, report: DigestReport) -> str | None:

@@ -49,6 +49,10 @@ SEED_KEY = "reset_seed"
 SEED_PRESENT_KEY = "reset_seed_present"
 
 
+#: The step keys the table's computed columns read (``return``, ``seed``): what a selection by
+#: them must find undamaged (:func:`rlds_cli.cache.compose.verify_parent`).
+STEP_KEYS_READ = ("next/reward", SEED_KEY, SEED_PRESENT_KEY)
+
 #: Per-episode source arrays holding a reset seed, as readers name them (``<format>/episode_seed``
 #: with ``<format>/episode_seed_present``; see :mod:`rlds_cli.formats.select`).
 SEED_ARRAY_SUFFIX = "/episode_seed"

@@ -77,8 +77,9 @@ def view(
     """
     import numpy as np
 
+    from rlds_cli.cache.compose import verify_parent
     from rlds_cli.cache.derive import create_selection, create_view, filter_key_episodes
-    from rlds_cli.cache.episode_table import parse_episode_list, select_where
+    from rlds_cli.cache.episode_table import STEP_KEYS_READ, parse_episode_list, select_where
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.cache.views import parse_episode_range
     from rlds_cli.catalog.registry import resolve_name
@@ -114,7 +115,8 @@ def view(
         keyed = filter_key_episodes(ds, filter_key)
         ids = keyed if ids is None else np.intersect1d(ids, keyed)
         how.append(f"filter key {filter_key!r}")
-    if where is not None:
+    if where is not None:  # chosen by the data: the data it reads must be undamaged
+        verify_parent(ds, keys=STEP_KEYS_READ)
         matching = select_where(where, ds.episodes)
         among = f" among {', '.join(how)}" if how else ""
         ids = matching if ids is None else np.intersect1d(ids, matching)

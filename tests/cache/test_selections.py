@@ -270,3 +270,23 @@ def test_loader_episodes_need_a_dataset(ted: Dataset) -> None:
     source = MixtureSource({"a": ted, "b": ted})
     with pytest.raises(ValueError, match="episodes= and filter_key= select episodes of a dataset"):
         Loader(source, batch_size=4, seed=0, episodes=[0])
+
+
+def test_a_where_selection_refuses_a_parent_whose_rewards_are_damaged(isolated_cache: Path) -> None:
+    """A selection by the data (``return > 1000``) was made from a reward changed on disk: the view
+    held the wrong episode, and verify passed on it once the file was put back."""
+    from tests.dataset_fixtures import make_dataset
+
+    make_dataset("d", [3, 5, 2, 6, 4])
+    path = open_dataset("d").directory / "arrays" / "next" / "reward.npy"
+    rewards = np.load(path, mmap_mode="r+")
+    rewards[0] = rewards[0] + 1e6
+    rewards.flush()
+    del rewards
+    result = runner.invoke(app, ["view", "d", "--where", "return > 1000", "--name", "w"])
+    assert result.exit_code == 1
+    assert "'next/reward'" in result.stderr and "content changed since it was written" in result.stderr
+    assert not (isolated_cache / "datasets" / "w").exists()
+    assert (
+        runner.invoke(app, ["view", "d", "--episodes", "0:2", "--name", "v"]).exit_code == 0
+    )  # reads no data

@@ -526,3 +526,28 @@ def test_every_flipped_byte_of_a_zarr_groups_metadata_fails_the_checks() -> None
         assert result.exit_code == 1 and f"zarr group metadata {arrays / 'zarr.json'} is damaged" in " ".join(
             (result.stdout + result.stderr).split()
         ), result.output
+
+
+@pytest.mark.parametrize("damage", ["deleted", "changed"])
+def test_a_views_checks_cover_its_parents_source_metadata(damage: str) -> None:
+    """A view reads its parent's source_metadata.npz (per-episode facts, instructions): verify and
+    inspect --check passed on the view with the parent's file damaged or gone, and a read of the
+    deleted file's facts gave none."""
+    from tests.robomimic_fixtures import ROBOCASA
+
+    convert(ROBOCASA, "rc")
+    create_view("rc", "rc-view", (1, 2))
+    assert open_dataset("rc-view").episode_metadata(0)
+    path = open_dataset("rc").directory / "source_metadata.npz"
+    if damage == "deleted":
+        path.unlink()
+    else:
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 1
+        path.write_bytes(bytes(data))
+    report = verify_json("rc-view")
+    assert report["exit_code"] == 1, report
+    assert rlds("inspect", "rc-view", "--check", "-q").exit_code == 1
+    if damage == "deleted":
+        with pytest.raises(CorruptDatasetError, match=r"source_metadata\.npz is missing"):
+            open_dataset("rc-view").episode_metadata(0)
