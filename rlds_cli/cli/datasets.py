@@ -545,6 +545,8 @@ def stats(
     """
     import numpy as np
 
+    from rlds_cli.cache.compose import verify_parent
+    from rlds_cli.cache.opening import open_dataset
     from rlds_cli.catalog.registry import resolve_name
     from rlds_cli.errors import MixtureError
     from rlds_cli.loader.normalization_table import NormalizationTable
@@ -555,7 +557,11 @@ def stats(
             hint="create the folder first, or write the table elsewhere",
         )
     resolved = [resolve_name(n, root) for n in names]
-    table = NormalizationTable.from_datasets(resolved, key or ["action"], root=root)
+    keys = key or ["action"]
+    stored = {*keys, *(k.removeprefix("next/") for k in keys)}  # next/observation/x is observation/x
+    for name in resolved:  # the statistics of a damaged column would un-normalize wrong at inference
+        verify_parent(open_dataset(name, root), keys=stored)
+    table = NormalizationTable.from_datasets(resolved, keys, root=root)
     if normalization_table is not None:
         table.save(normalization_table, root=root)
     data = table.to_dict()

@@ -111,3 +111,22 @@ def test_keys_of_several_axes_and_values_that_are_not_finite(isolated_cache: Pat
     # the loader's Normalize says the same (it said "episodes must be a non-empty list")
     with pytest.raises(ValueError, match="dataset 'empty' has no steps to compute statistics of"):
         Normalize().bind(rlds_cli.open_dataset("empty"))
+
+
+def test_a_damaged_column_makes_no_table(isolated_cache: Path, tmp_path: Path) -> None:
+    """A table from a changed action file un-normalized every action wrong at inference (the
+    table records nothing a later check could catch)."""
+    from rlds_cli.cache.opening import open_dataset
+    from tests.dataset_fixtures import make_dataset
+
+    make_dataset("d", [3, 5, 2])
+    path = open_dataset("d").directory / "arrays" / "action.npy"
+    actions = np.load(path, mmap_mode="r+")
+    actions[0] = actions[0] + 500.0
+    actions.flush()
+    del actions
+    out = tmp_path / "norm.json"
+    result = invoke("stats", "d", "--normalization-table", out)
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: dataset 'd' is damaged: 'action' (")
+    assert not out.exists()
