@@ -295,7 +295,11 @@ def _parent_checks(
                 "(the dataset's own data does not need it)",
             )
         ]
-    current = cache.manifest(parent)
+    try:
+        current = cache.manifest(parent)
+    except CorruptDatasetError as exc:  # its version cannot be read, nor anything of it trusted
+        state = "fail" if gone_fails or not unread else "skipped"
+        return [_check(label, state, exc.message, f"run 'rlds verify {parent}'")]
     out = [_check(label, "pass", f"exists at {cache.dataset_dir(parent)}")]
     version = f"{label} version"
     recorded = f"manifest {digest[:12]}" if digest else "no recorded digest"

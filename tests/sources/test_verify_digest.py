@@ -551,3 +551,33 @@ def test_a_views_checks_cover_its_parents_source_metadata(damage: str) -> None:
     if damage == "deleted":
         with pytest.raises(CorruptDatasetError, match=r"source_metadata\.npz is missing"):
             open_dataset("rc-view").episode_metadata(0)
+
+
+def test_a_selection_of_a_trim_whose_manifest_is_damaged_reads_and_verifies_without_it() -> None:
+    """A view of a trim reads the trim's parent (composed.py): verify stopped at the trim's damaged
+    manifest with one error (no report, no JSON) where inspect --check passed; now both pass, and
+    verify names the trim's damage in a skipped lineage check."""
+    make_dataset("d", LENGTHS)
+    assert rlds("trim", "d", "--start", "1", "--name", "t").exit_code == 0
+    create_view("t", "v", (0, 2))
+    path = open_dataset("t").directory / MANIFEST_FILE
+    text = path.read_text()
+    at = text.index('"num_steps": ') + len('"num_steps": ')
+    path.write_text(text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1 :])
+    report = verify_json("v")
+    assert report["exit_code"] == 0 and statuses(report)["parent t"] == "skipped"
+    (lineage,) = [c for c in report["checks"] if c["check"] == "parent t"]
+    assert "does not match its own digest" in lineage["detail"]
+    assert rlds("inspect", "v", "--check", "--no-stats").exit_code == 0
+
+
+def test_a_view_whose_parents_manifest_is_damaged_fails_inspect_check() -> None:
+    make_dataset("d", LENGTHS)
+    create_view("d", "v", (0, 2))
+    path = open_dataset("d").directory / MANIFEST_FILE
+    text = path.read_text()
+    at = text.index('"num_steps": ') + len('"num_steps": ')
+    path.write_text(text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1 :])
+    assert verify_json("v")["exit_code"] == 1
+    checked = rlds("inspect", "v", "--check", "--no-stats")
+    assert checked.exit_code == 1, checked.stdout
