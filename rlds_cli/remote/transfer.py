@@ -647,12 +647,10 @@ def _pull_locked(
         _download_file(fs, store.join(base, rel), build / rel, index.files[rel], url, rel, manifest, progress)
         result.downloaded += 1
         result.bytes_downloaded += index.files[rel].size
-    if manifest.layout == SEGMENTED_LAYOUT:  # empty folders have no file to push
-        for folder in GROWING_FOLDERS:
-            (build / folder).mkdir(exist_ok=True)
+    for folder in GROWING_FOLDERS if manifest.layout == SEGMENTED_LAYOUT else ():  # no file to push
+        (build / folder).mkdir(exist_ok=True)
     _check_build(build, local_manifest, url, manifest)
-    fsync = settings.fsync_enabled()
-    if fsync:
+    if fsync := settings.fsync_enabled():
         fsync_tree(build)
     with signals.publishing(f"dataset {name!r}"):
         cache.publish(build, name, replace=force, fsync=fsync)
