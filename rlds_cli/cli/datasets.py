@@ -547,6 +547,7 @@ def stats(
 
     from rlds_cli.cache.compose import verify_parent
     from rlds_cli.cache.opening import open_dataset
+    from rlds_cli.cache.reader import stored_keys
     from rlds_cli.catalog.registry import resolve_name
     from rlds_cli.errors import MixtureError
     from rlds_cli.loader.normalization_table import NormalizationTable
@@ -558,9 +559,9 @@ def stats(
         )
     resolved = [resolve_name(n, root) for n in names]
     keys = key or ["action"]
-    stored = {*keys, *(k.removeprefix("next/") for k in keys)}  # next/observation/x is observation/x
     for name in resolved:  # the statistics of a damaged column would un-normalize wrong at inference
-        verify_parent(open_dataset(name, root), keys=stored)
+        ds = open_dataset(name, root)
+        verify_parent(ds, keys=stored_keys(ds.stored_fields, keys))
     table = NormalizationTable.from_datasets(resolved, keys, root=root)
     if normalization_table is not None:
         table.save(normalization_table, root=root)
