@@ -303,13 +303,24 @@ def is_client_error(exc: BaseException) -> bool:
     return any(c.__module__.startswith(("huggingface_hub", "httpx", "httpcore")) for c in type(exc).__mro__)
 
 
-#: What to do when the Hub has no such repo, revision or file.
-MISSING_HINT = "check the repo id, the revision and the path"
-
-#: What to do when the Hub refuses a gated or private repo.
-GATED_HINT = (
-    "accept its terms on the Hub and set HF_TOKEN (or run `hf auth login`) with a token that may read it"
-)
+def hub_refusal(what: str, status: int) -> HTTPStatusError | None:
+    """The error of the Hub refusing ``what`` with HTTP ``status``, whoever asked (its client or
+    rlds's downloader): a gated or private repo (401, 403), or nothing there (404); ``None`` for
+    any other status."""
+    if status in (401, 403):
+        return HTTPStatusError(
+            f"the Hub refused {what} (HTTP {status}): the repo is gated or private",
+            hint="accept its terms on the Hub and set HF_TOKEN (or run `hf auth login`) with a token that "
+            "may read it",
+            status=status,
+        )
+    if status == 404:
+        return HTTPStatusError(
+            f"the Hub has no {what} (HTTP 404)",
+            hint="check the repo id, the revision and the path",
+            status=404,
+        )
+    return None
 
 
 class translated:
@@ -332,18 +343,9 @@ class translated:
         http = http_error(exc)
         if http is not None:
             status = int(http.response.status_code)  # type: ignore[attr-defined]
-            if status in (401, 403):
-                raise HTTPStatusError(
-                    f"the Hub refused {what} (HTTP {status}): the repo is gated or private",
-                    hint=GATED_HINT,
-                    status=status,
-                ) from None
-            if status == 404:
-                raise HTTPStatusError(
-                    f"the Hub has no {what} (HTTP 404)",
-                    hint=MISSING_HINT,
-                    status=404,
-                ) from None
+            refused = hub_refusal(what, status)
+            if refused is not None:
+                raise refused from None
             raise DownloadFailedError(f"the Hub answered HTTP {status} for {what}") from None
         if isinstance(exc, OSError) and "consistency check failed" in str(exc).lower():
             # the client's own size check of a download (its message, matched: no class of its own)
@@ -635,17 +637,9 @@ def _fetch_lfs(
         return fetch_files(remote, folder, force=force, offline=offline, progress=progress, config=config)
     except HTTPStatusError as exc:
         named = next((f.path for f in files if exc.url.endswith(quote(f.path, safe="/"))), "")
-        what = f"{where}" + (f" file {named!r}" if named else "")
-        if exc.status in (401, 403):
-            raise HTTPStatusError(
-                f"the Hub refused {what} (HTTP {exc.status}): the repo is gated or private",
-                hint=GATED_HINT,
-                status=exc.status,
-            ) from None
-        if exc.status == 404:
-            raise HTTPStatusError(
-                f"the Hub has no {what} (HTTP 404)", hint=MISSING_HINT, status=404
-            ) from None
+        refused = hub_refusal(f"{where}" + (f" file {named!r}" if named else ""), exc.status)
+        if refused is not None:
+            raise refused from None
         raise
 
 
