@@ -28,6 +28,14 @@ def _rlds(home: Path, before: str, *args: str) -> subprocess.CompletedProcess[st
     )
 
 
+def _converted(tmp_path: Path) -> Path:
+    """A cache under ``tmp_path / "home"`` holding the golden D4RL file converted as ``g``."""
+    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=False)
+    home = tmp_path / "home"
+    assert _rlds(home, "", "download", str(source), "--name", "g").returncode == 0
+    return home
+
+
 def _leftovers(home: Path) -> list[str]:
     tmp = home / "tmp"
     return sorted(p.name for p in tmp.iterdir()) if tmp.is_dir() else []
@@ -57,9 +65,7 @@ def test_sigterm_during_a_conversion_is_one_line_and_leaves_nothing(tmp_path: Pa
 def test_an_interrupt_a_library_drops_still_stops_the_export(tmp_path: Path) -> None:
     """Ctrl-C landing in h5py's object cleanup is dropped there ("Exception ignored in ..."): the
     robomimic export went on, placed its file and exited 0."""
-    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=False)
-    home = tmp_path / "home"
-    assert _rlds(home, "", "download", str(source), "--name", "g").returncode == 0
+    home = _converted(tmp_path)
     before = (
         "import h5py\n"
         "class Dropped:\n"
@@ -232,9 +238,7 @@ def test_sigterm_during_or_after_the_publish_says_it_was_published(tmp_path: Pat
 
 
 def test_a_split_interrupted_between_its_renames_publishes_both_parts(tmp_path: Path) -> None:
-    source = golden_three_episodes(tmp_path / "golden.hdf5", with_next=False)
-    home = tmp_path / "home"
-    assert _rlds(home, "", "download", str(source), "--name", "g").returncode == 0
+    home = _converted(tmp_path)
     before = (
         "from rlds_cli.cache.root import CacheRoot\n"
         "real = CacheRoot.publish\n"
