@@ -389,9 +389,7 @@ class ReplayBufferReader(Reader):
 
     def _check_chunks(self) -> None:
         for a in self.arrays.values():
-            self._note_missing_chunks(
-                f"data/{a.key}", self.store.read_json(f"data/{a.key}/.zarray") or {}, a.array
-            )
+            self._note_missing_chunks(f"data/{a.key}", self._meta(a.key), a.array)
 
     def _note_missing_chunks(self, key: str, meta: dict[str, Any], array: Any) -> None:
         """A note of the chunks of ``key`` the store lacks (read as the fill value, as upstream)."""
