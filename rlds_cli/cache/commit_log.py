@@ -31,6 +31,7 @@ A reader's view is always a prefix of the log, so a consistent set of whole epis
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import struct
@@ -48,6 +49,7 @@ import numpy as np
 from rlds_cli._util.locks import lock_fd, lock_fd_within, pid_alive, unlock_fd
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
+    COMMITTED_FILE,
     MANIFEST_FILE,
     SEGMENT_BUILDS_DIR,
     segment_folders,
@@ -642,6 +644,21 @@ def looks_torn(slot: bytes) -> bool:
 
 
 # ----------------------------------------------------------------------------- segments it does not name
+#
+# A writer renames a sealed segment into segments/, appends its record, then makes the segment's
+# COMMITTED_FILE. Killed between the rename and the append, it leaves a segment the log does not
+# name and that has no COMMITTED_FILE: a leftover. A segment the log does not name that has its
+# COMMITTED_FILE had its record appended: the log lost it (cut short, restored from an old copy),
+# whatever else the files say, and it is never taken for a leftover.
+
+
+def mark_committed(segment: Path) -> None:
+    """Make ``segment``'s :data:`~rlds_cli.cache.layout.COMMITTED_FILE`, once its record is in the
+    log. Never raises: a segment without it is only told from a leftover by the older rules of
+    :func:`unnamed` (as every segment of a dataset written before rlds made it)."""
+    # the record is what commits; the file only tells damage from a crash later
+    with contextlib.suppress(OSError):
+        os.close(os.open(segment / COMMITTED_FILE, os.O_WRONLY | os.O_CREAT, 0o644))
 
 
 def segment_writer(path: Path) -> tuple[str, int] | None:
@@ -681,9 +698,10 @@ def _running(writer: tuple[str, int] | None) -> bool:
 
 
 def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
-    """The segment folders of ``directory`` named by neither the log (followed to its end) nor
-    ``views``, whose writer no longer runs; and why they look like lost records (``None``: each
-    can be a leftover).
+    """The segment folders of ``directory`` named by neither the log (followed to its end after the
+    folders are listed) nor ``views``, whose writer no longer runs or that have their
+    :data:`~rlds_cli.cache.layout.COMMITTED_FILE`; and why they look like lost records (``None``:
+    each can be a leftover).
 
     Raises:
         CorruptDatasetError: The log is damaged.
@@ -691,9 +709,7 @@ def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
     # followed on from the furthest view: a full replay grows with history (0.4 s at 100k commits)
     latest = max(views, key=lambda v: v.position).copy() if views else LogState()
     latest.follow(directory / COMMIT_LOG_FILE)
-    found: list[Path] = []
-    merges: list[Path] = []
-    writers: Counter[Any] = Counter()
+    listed: list[tuple[Path, bytes, tuple[str, int] | None, str | None, bool, bool]] = []
     for path in segment_folders(directory):
         try:
             seg = bytes.fromhex(path.name)
@@ -706,19 +722,35 @@ def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
         if any(state.names(seg) for state in (latest, *views)):
             continue
         writer, instance, merged = _segment_origin(path)  # read once: runs? whose? what?
-        if _running(writer) or not path.is_dir():  # gone meanwhile: removed by compact or gc
+        marked = (path / COMMITTED_FILE).is_file()
+        # a running writer may be between its segment's rename and its record, unless the segment
+        # has its committed file (made after the record)
+        if (_running(writer) and not marked) or not path.is_dir():  # gone: removed by compact or gc
+            continue
+        listed.append((path, seg, writer, instance, merged, marked))
+    # followed again: a record appended since the first follow (its writer then made the committed
+    # file, or died, before the listing looked) names its segment, which is no leftover
+    latest.follow(directory / COMMIT_LOG_FILE)
+    found: list[Path] = []
+    merges: list[Path] = []
+    committed: list[Path] = []
+    writers: Counter[Any] = Counter()
+    for path, seg, writer, instance, merged, marked in listed:
+        if latest.names(seg):
             continue
         found.append(path)
         if merged:
             merges.append(path)
+        if marked:
+            committed.append(path)
         # a segment that does not say its writer (a rollback killed in its removal) counts as a
         # writer of its own; each writer of a process (several may share one) may leave one
         writers[(*writer, instance) if writer is not None else path.name] += 1
-    return found, _lost_records(latest, found, writers, merges)
+    return found, _lost_records(latest, found, writers, merges, committed)
 
 
 def _lost_records(
-    state: LogState, paths: list[Path], writers: Counter[Any], merges: list[Path]
+    state: LogState, paths: list[Path], writers: Counter[Any], merges: list[Path], committed: list[Path]
 ) -> str | None:
     """Why ``paths`` look like records the log lost rather than leftovers, or ``None``."""
     if not writers:
@@ -737,6 +769,12 @@ def _lost_records(
         )
     if state.records == 0 and len(paths) > 1:
         return f"{COMMIT_LOG_FILE} holds no record, and {len(paths)} segments are on disk"
+    if committed:
+        more = f" (and {len(committed) - 1} more)" if len(committed) > 1 else ""
+        return (
+            f"{COMMIT_LOG_FILE} does not name segment {committed[0].name}{more}, whose record was "
+            f"appended (the segment has its '{COMMITTED_FILE}' file, made after the record)"
+        )
     return None
 
 
@@ -753,7 +791,7 @@ def segment_damage_hint(name: str) -> str:
     whole: the log's own damage has :func:`damage_hint`)."""
     return (
         f"rlds removes none of its segments while one is damaged; restore the dataset from a copy "
-        f"('rlds pull' of one pushed before), or remove it ('rlds rm {name}')"
+        f"('rlds pull URL --force' of one pushed before), or remove it ('rlds rm {name}')"
     )
 
 

@@ -12,12 +12,13 @@ Settings live in the head manifest's ``source.growing`` and are checked in one p
 never evicted); ``min_total`` counts every step. A manifest without ``min_total`` has its ``min_size``
 (which counted every step) read as ``min_total``, with ``min_size`` 0.
 
-**Unnamed segments** (:func:`unnamed`). A writer renames a sealed segment into ``segments/``, then appends
-its log record (:mod:`rlds_cli.write.segments`); killed between the two, it leaves one unnamed leftover,
-which ``rlds compact`` removes once the writer no longer runs. A log that lost records (emptied, cut,
-restored from an old copy) also leaves unnamed segments, which are committed data. Since a dead writer
-leaves at most one, several of one writer, or several beside an empty log, mean lost records
-(:func:`unnamed`): ``rlds compact`` keeps them and ``rlds inspect --check`` reports it.
+**Unnamed segments** (:func:`unnamed`). A writer renames a sealed segment into ``segments/``, appends
+its log record, then makes the segment's ``committed`` file (:mod:`rlds_cli.write.segments`); killed
+between the rename and the record, it leaves one unnamed leftover without that file, which ``rlds
+compact`` removes once the writer no longer runs. A log that lost records (emptied, cut, restored from
+an old copy) also leaves unnamed segments, which are committed data: one with its ``committed`` file, or
+(segments written before that file) several of one dead writer, or several beside an empty log, mean
+lost records (:func:`unnamed`): ``rlds compact`` keeps them and ``rlds inspect --check`` reports it.
 
 **Consistent copies** (:func:`snapshot_copy`, for long reads: ``rlds push``, ``rlds export``): a copy as of
 one view is hard links to the live segments' files (segments never change) and the commit log up to the

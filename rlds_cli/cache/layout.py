@@ -61,6 +61,9 @@ COMMIT_LOG_FILE = "commits.log"
 LOG_CHECKPOINT_FILE = ".log-state"
 #: Segment builds in progress (inside the dataset: a rename away from segments/).
 SEGMENT_BUILDS_DIR = "building"
+#: Inside a segment's folder: an empty file its writer makes once the segment's record is in the
+#: log (cache/commit_log.py, "Segments it does not name"). The only file added after a segment's rename.
+COMMITTED_FILE = "committed"
 #: The folders a growing dataset has from the start, empty or not (a copy made by pull too): a
 #: writer adding one would change the dataset folder's ctime, the version its readers pin.
 GROWING_FOLDERS = (SEGMENTS_DIR, SEGMENT_BUILDS_DIR)

@@ -523,6 +523,7 @@ def merge_run(
         count=generation,
     )
     commit_log.append(ds.directory / COMMIT_LOG_FILE, record, fsync=fsync)
+    commit_log.mark_committed(ds.directory / SEGMENTS_DIR / seg_name(seg))
 
 
 #: Bytes copied at a time (at least one row): bounded memory on large runs.

@@ -8,13 +8,17 @@ A commit (:func:`commit_segment`), in order:
    then ``manifest.json`` (temp file, rename);
 3. ``rename`` the build to ``segments/<id>``; then fsync, all at once, every file of the segment,
    every folder of it and ``segments/``;
-4. append an ``ADD`` record to ``commits.log`` (one ``O_APPEND`` write) and fsync the log.
+4. append an ``ADD`` record to ``commits.log`` (one ``O_APPEND`` write) and fsync the log;
+5. make the segment's empty ``committed`` file (no fsync).
 
 The episodes become visible at step 4 and only there: killed before it, the writer leaves a build
-folder or an unreferenced segment, which no reader looks at and a compaction's :func:`collect`
-removes once older than the grace period and its writer no longer runs (a segment: where the log is
-not damaged); killed after it, the episodes are committed. Several writers commit at once: each has
-its own build folder and segment id, and the log takes whole records.
+folder or an unreferenced segment without ``committed``, which no reader looks at and a compaction's
+:func:`collect` removes once older than the grace period and its writer no longer runs (a segment:
+where the log is not damaged); killed after it, the episodes are committed. Step 5 is what tells a
+log that lost its last record from that kill: a segment the log does not name but that has
+``committed`` is damage, never a leftover (:func:`~rlds_cli.cache.commit_log.unnamed`). Several
+writers commit at once: each has its own build folder and segment id, and the log takes whole
+records.
 
 A segment's commit record is the log's, not its manifest: nothing reads a segment before a record
 names it, so its files need only be durable before that record, in any order. That is two waves of
@@ -227,6 +231,7 @@ def commit_segment(
             raise
         shutil.rmtree(final, ignore_errors=True)
         raise
+    commit_log.mark_committed(final)
     return record
 
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import rlds_cli
 from rlds_cli.cache import commit_log
 from rlds_cli.cache.commit_log import ADD, RECORD_SIZE, RECOVER, LogState, Record, new_segment_id
-from rlds_cli.cache.layout import COMMIT_LOG_FILE, SEGMENTS_DIR
+from rlds_cli.cache.layout import COMMIT_LOG_FILE, COMMITTED_FILE, SEGMENTS_DIR
 from rlds_cli.cli.app import app
 from rlds_cli.inspection.validate import check_dataset
 from tests.dataset_fixtures import uid_episode
@@ -57,6 +57,11 @@ def test_a_torn_last_record_is_skipped_and_the_next_writer_vouches_for_it(
     # stopped there) or zeros (the size reached the disk, the data did not)
     kept = data[: -RECORD_SIZE + 32]
     log.write_bytes(kept if tear == "partial" else kept + b"\0" * (RECORD_SIZE - 32))
+    # nor does the writer make its segment's committed file (made after the whole record)
+    state = LogState()
+    state.follow(log)
+    (torn,) = [p for p in (log.parent / SEGMENTS_DIR).iterdir() if not state.names(bytes.fromhex(p.name))]
+    (torn / COMMITTED_FILE).unlink()
     assert _uids(root) == [1, 2]  # the torn commit is not one
     _inspect_check(root)
     reader = rlds_cli.open_dataset("t", root)

@@ -26,6 +26,7 @@ from rlds_cli.cache.commit_log import (
 )
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
+    COMMITTED_FILE,
     COMPACT_LOCK_SUFFIX,
     MANIFEST_FILE,
     SEGMENT_BUILDS_DIR,
@@ -194,6 +195,7 @@ def test_gc_leaves_segments_the_log_does_not_name_to_compact(
     live = next((directory / SEGMENTS_DIR).iterdir())
     orphan = directory / SEGMENTS_DIR / ("ef" * 16)
     shutil.copytree(live, orphan)
+    (orphan / COMMITTED_FILE).unlink()  # made after the record: a killed writer's has none
     manifest = json.loads((orphan / MANIFEST_FILE).read_text())
     manifest["source"]["writer"]["pid"] = DEAD_PID
     (orphan / MANIFEST_FILE).write_text(json.dumps(manifest))

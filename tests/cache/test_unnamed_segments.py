@@ -16,13 +16,21 @@ from typer.testing import CliRunner
 
 import rlds_cli
 from rlds_cli._util.io import tree_bytes
+from rlds_cli.cache import commit_log
 from rlds_cli.cache.commit_log import RECORD_SIZE, LogState
-from rlds_cli.cache.layout import COMMIT_LOG_FILE, MANIFEST_FILE, SEGMENT_BUILDS_DIR, SEGMENTS_DIR
+from rlds_cli.cache.layout import (
+    COMMIT_LOG_FILE,
+    COMMITTED_FILE,
+    MANIFEST_FILE,
+    SEGMENT_BUILDS_DIR,
+    SEGMENTS_DIR,
+)
 from rlds_cli.cli.app import app
 from rlds_cli.errors import CommitFailedError, CorruptDatasetError
 from rlds_cli.write.compact import remove_retired
 from tests.cache.test_gc_growing import DEAD_PID, _grow, _later
 from tests.dataset_fixtures import rewrite_manifest
+from tests.faults import assert_finishes_forked
 from tests.write.test_writer import episode
 
 runner = CliRunner()
@@ -123,6 +131,95 @@ def test_a_log_cut_short_keeps_the_segments_of_its_lost_records(
     assert runner.invoke(app, ["inspect", "g", "--check"]).exit_code == 1
 
 
+@pytest.mark.parametrize(
+    ("cut", "writer"),
+    [
+        ("whole record", "gone"),
+        ("inside the record", "gone"),
+        ("zeroed after its magic", "gone"),
+        ("whole record", "running"),
+    ],
+)
+def test_a_log_that_lost_its_last_record_keeps_that_segment(
+    isolated_cache: Path, caplog: pytest.LogCaptureFixture, cut: str, writer: str
+) -> None:
+    """The log's last record lost (cut at a record's edge, cut inside it, or its bytes zeroed as
+    a crash tears): its segment, the one the log does not name, has the file its writer makes
+    after the record, so it is no writer's leftover killed before its record. Both checks passed
+    and compact deleted the committed episode. A writer process still running (this one) is past
+    that record too: the checks passed while it ran."""
+    directory = _append("g", 3)
+    if writer == "gone":
+        _as_dead_writers(directory, [DEAD_PID] * 3)
+    log = directory / COMMIT_LOG_FILE
+    size = log.stat().st_size
+    with open(log, "r+b") as fh:
+        if cut == "whole record":
+            fh.truncate(size - RECORD_SIZE)
+        elif cut == "inside the record":
+            fh.truncate(size - RECORD_SIZE // 2)
+        else:
+            fh.seek(size - RECORD_SIZE + 4)
+            fh.write(b"\0" * (RECORD_SIZE - 4))
+    state = LogState()
+    state.follow(log)
+    (lost,) = [p for p in (directory / SEGMENTS_DIR).iterdir() if not state.names(bytes.fromhex(p.name))]
+    before = sorted(p.name for p in (directory / SEGMENTS_DIR).iterdir())
+    why = f"does not name segment {lost.name}, whose record was appended"
+    with pytest.raises(CorruptDatasetError, match=why):
+        rlds_cli.compact("g", grace_seconds=0)
+    assert runner.invoke(app, ["gc"]).exit_code == 0
+    assert sorted(p.name for p in (directory / SEGMENTS_DIR).iterdir()) == before
+    with pytest.raises(CorruptDatasetError, match=why):  # never served as the dataset's episodes
+        rlds_cli.open_dataset("g")
+    with pytest.raises(CommitFailedError, match=why), rlds_cli.DatasetWriter("g", mode="append") as w:
+        w.add_episode(episode(3))
+    for args in (["inspect", "g", "--check"], ["verify", "g"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1 and "whose record was appended" in result.output, (args, result.output)
+    assert sorted(p.name for p in (directory / SEGMENTS_DIR).iterdir()) == before
+
+
+def _commit_one_in_a_process(directory: Path, *, killed_after_its_record: bool) -> None:
+    """A writer process that commits one episode and is gone; ``killed_after_its_record``: as
+    killed between its record and its committed file."""
+    before = set((directory / SEGMENTS_DIR).iterdir())
+    assert_finishes_forked(_append, "g", 1)
+    (new,) = set((directory / SEGMENTS_DIR).iterdir()) - before
+    if killed_after_its_record:
+        (new / COMMITTED_FILE).unlink()
+
+
+@pytest.mark.parametrize("killed_after_its_record", [False, True], ids=["whole", "killed"])
+def test_a_commit_between_the_log_read_and_the_listing_is_no_lost_record_nor_leftover(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch, killed_after_its_record: bool
+) -> None:
+    """A writer process commits and ends while a check has read the log and not yet listed
+    ``segments/``: the new segment is on disk, named by no record the check read, and its
+    writer gone. Its committed file made it a lost record (every open refused the dataset);
+    without it (the writer killed after its record), compact removed it as a leftover and the
+    log then named a missing segment. The log is read again after the listing."""
+    _append("g", 2)
+    real = commit_log.segment_folders
+    commits: list[Path] = []
+
+    def listing(folder: Path) -> list[Path]:
+        if not commits:
+            commits.append(folder)
+            _commit_one_in_a_process(folder, killed_after_its_record=killed_after_its_record)
+        return real(folder)
+
+    monkeypatch.setattr(commit_log, "segment_folders", listing)
+    if killed_after_its_record:
+        rlds_cli.compact("g", grace_seconds=0)  # merges the three, removes none unmerged
+    else:
+        assert rlds_cli.open_dataset("g").num_episodes == 2  # its view: the log as it first read it
+    assert commits
+    monkeypatch.setattr(commit_log, "segment_folders", real)
+    assert rlds_cli.open_dataset("g").num_episodes == 3
+    assert runner.invoke(app, ["inspect", "g", "--check"]).exit_code == 0
+
+
 @pytest.mark.parametrize("process", ["two", "one"])
 def test_one_leftover_of_each_of_several_killed_writers_is_removed(
     isolated_cache: Path, process: str
@@ -137,6 +234,7 @@ def test_one_leftover_of_each_of_several_killed_writers_is_removed(
         live = next((directory / SEGMENTS_DIR).iterdir())
         orphan = directory / SEGMENTS_DIR / (f"e{i}" * 16)
         shutil.copytree(live, orphan)
+        (orphan / COMMITTED_FILE).unlink()  # made after the record: a killed writer's has none
         manifest = json.loads((orphan / MANIFEST_FILE).read_text())
         manifest["source"]["writer"]["pid"] = pid
         manifest["source"]["writer"]["instance"] = f"writer-{i}"
