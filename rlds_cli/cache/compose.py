@@ -261,7 +261,8 @@ def check_readable(ds: Dataset) -> None:
 
 
 def verify_parent(ds: Dataset, shown_at: Path | None = None, keys: Collection[str] | None = None) -> None:
-    """Check a parent's files and content digests before anything is made of it. ``shown_at``:
+    """Check a parent's files and content digests before anything is made of it (the digests
+    not where its reads check what they return: :attr:`Dataset.reads_checked`). ``shown_at``:
     the folder to name in messages instead of ``ds``'s own (a growing dataset checked through a
     snapshot of hard links, which is gone once the command ends); ``keys``: the columns read to
     make it (default: all; see :func:`~rlds_cli.cache.digest.check_digests`).
@@ -278,6 +279,8 @@ def verify_parent(ds: Dataset, shown_at: Path | None = None, keys: Collection[st
         raise CorruptDatasetError(
             shown(f"dataset {ds.name!r} is damaged: {problems[0]}"), hint="rlds inspect --check"
         )
+    if ds.reads_checked:  # a second full read (of a store) would find nothing the first does not
+        return
     report = digest.check_digests(ds, keys=keys)
     if report.problems:
         bad = report.problems[0]

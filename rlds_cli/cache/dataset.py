@@ -269,6 +269,11 @@ class Dataset:
         manifest: Its manifest (read from ``directory`` when ``None``).
     """
 
+    #: Whether bulk reads check every byte they return as they read it (a dataset at a URL:
+    #: against the push's per-block crc32c); what is made from it then needs no digest pass first
+    #: (:func:`~rlds_cli.cache.compose.verify_parent`).
+    reads_checked: bool = False
+
     def __init__(self, directory: str | os.PathLike[str], manifest: Manifest | None = None) -> None:
         self.directory = Path(directory)
         #: The published version this object reads (:func:`version_identity` of its directory).

@@ -49,7 +49,10 @@ def show(
     ] = None,
     no_audit: Annotated[
         bool,
-        typer.Option("--no-audit", help="Leave out the audit's flags (skips one pass over the dataset)."),
+        typer.Option(
+            "--no-audit",
+            help="Leave out the audit's flags (skips its digest check and its pass over the dataset).",
+        ),
     ] = False,
     fps: Annotated[
         float | None,
@@ -202,8 +205,9 @@ def audit(
     """Audit every episode: idle steps, action spikes and jerk, frozen cameras, NaN/inf,
     duplicates, length and return outliers, empty language instructions.
 
-    Reads every stored array once in bounded memory (camera frames compared as stored, never
-    decoded). Exit code 0 whether or not episodes are flagged.
+    Checks the dataset's content digests first (a damaged column: exit 1), then reads every
+    stored array once in bounded memory (camera frames compared as stored, never decoded). Exit
+    code 0 whether or not episodes are flagged.
 
     Example: rlds audit my-robot-data --keep my-robot-data-clean
     """

@@ -177,14 +177,13 @@ class AuditReport:
     ) -> Manifest:
         """Publish the episodes that pass (whole episodes) as view ``name`` of the dataset.
 
-        Its files and content digests are checked first: damage is never published as passing.
+        The dataset's files and content digests were checked by :func:`audit` before it measured
+        them: damage is never published as passing.
 
         Raises:
             InvalidSelectionError: No episode passes.
             DatasetExistsError: ``name`` exists and ``replace`` is false.
-            CorruptDatasetError: The dataset's files or digests do not match its manifest.
         """
-        from rlds_cli.cache.compose import verify_parent
         from rlds_cli.cache.derive import create_selection
 
         kept = self.passing()
@@ -198,8 +197,6 @@ class AuditReport:
         parent = self.dataset
         if self.selected_from is not None:
             parent, kept = self.selected_from[0], self.selected_from[1][kept]
-        cache = root if isinstance(root, CacheRoot) else CacheRoot(root)
-        verify_parent(open_dataset(parent, cache))
         return create_selection(parent, name, kept, how=how, root=root, replace=replace)
 
 
@@ -253,6 +250,8 @@ def audit(
     **tolerance: Any,
 ) -> AuditReport:
     """Audit every episode of ``dataset`` (a name in the cache, an alias, or an opened dataset).
+    Its files and content digests are checked first (a view's: its parent's): damaged values are
+    never measured as if they were data.
 
     Args:
         dataset: The dataset.
@@ -263,12 +262,18 @@ def audit(
 
     Returns:
         The :class:`AuditReport`.
+
+    Raises:
+        CorruptDatasetError: The dataset's files or digests do not match its manifest.
     """
+    from rlds_cli.cache.compose import verify_parent
+
     if tolerances is None:
         tolerances = AuditTolerances(**tolerance)
     elif tolerance:
         raise TypeError("pass tolerances= or keyword tolerances, not both")
     ds = dataset if isinstance(dataset, Dataset) else open_dataset(resolve_name(dataset, root), root)
+    verify_parent(ds)
     m = measure(ds, atol=tolerances.atol, budget=budget)
     t = tolerances
     flags: dict[str, np.ndarray] = {}

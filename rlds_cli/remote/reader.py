@@ -234,6 +234,8 @@ class RemoteDataset(Dataset):
         RemoteAccessError: The store cannot be used.
     """
 
+    reads_checked = True  # every block a bulk read fetches, against the push's crc32c
+
     def __init__(
         self,
         url: str,

@@ -121,19 +121,32 @@ def test_keep_refuses_when_nothing_passes(faulty: str) -> None:
     assert not (Path(open_dataset(faulty).directory).parent / "none").exists()
 
 
-def test_keep_refuses_a_damaged_dataset(isolated_cache: Path) -> None:
-    """A flipped byte of a column: '0 flagged, 94 pass' and a view of the damage was published."""
+@pytest.mark.parametrize("key", ["action", "next/reward"])
+def test_an_audit_of_a_damaged_dataset_is_refused(isolated_cache: Path, key: str) -> None:
+    """A flipped byte of a column: '0 flagged, 94 pass' and a view of the damage was published
+    (--keep); without --keep, the damaged values were measured and shown as data (a reward's
+    flipped exponent bit: a return of 1e38, flagged as an outlier episode), exit 0. The audit,
+    and the viewer's pass of it, check the digests first."""
+    from rlds_cli.cache.backends.base import key_path
     from rlds_cli.errors import CorruptDatasetError
     from tests.dataset_fixtures import make_dataset
 
     make_dataset("d", [4, 5, 3])
-    column = isolated_cache / "datasets" / "d" / "arrays" / "action.npy"
+    column = key_path(isolated_cache / "datasets" / "d", key, ".npy")
     data = bytearray(column.read_bytes())
-    data[-1] ^= 1
+    data[-1] ^= 0x40  # the high byte of the last float32: its exponent
     column.write_bytes(bytes(data))
-    with pytest.raises(CorruptDatasetError, match="dataset 'd' is damaged: 'action'"):
-        audit("d").keep("kept")
-    assert not (isolated_cache / "datasets" / "kept").exists()
+    with pytest.raises(CorruptDatasetError, match=f"dataset 'd' is damaged: '{key}'"):
+        audit("d")
+    for args in (
+        ["audit", "d"],
+        ["audit", "d", "--keep", "kept"],
+        ["show", "d", "-o", str(isolated_cache / "d.html")],
+    ):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1, (args, result.output)
+        assert f"dataset 'd' is damaged: '{key}'" in result.output, (args, result.output)
+    assert not (isolated_cache / "datasets" / "kept").exists() and not (isolated_cache / "d.html").exists()
 
 
 @pytest.mark.parametrize(
