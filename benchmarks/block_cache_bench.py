@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
 
         from rlds_cli import Loader, open_dataset
         from rlds_cli.remote import store
-        from rlds_cli.remote.transfer import pull, push
+        from rlds_cli.remote.pull import pull
+        from rlds_cli.remote.push import push
 
         s3fs.S3FileSystem().mkdir("bench")
         build("frames", args.steps)

@@ -77,7 +77,8 @@ def rate(loader: Any, seconds: float) -> float:
 
 
 def transfer(work: Path, steps: int) -> None:
-    from rlds_cli.remote.transfer import pull, push
+    from rlds_cli.remote.pull import pull
+    from rlds_cli.remote.push import push
 
     print("\n### Push and pull\n")
     print("| storage | store | files | MB | push s | push MB/s | pull s | pull MB/s |")
@@ -98,7 +99,7 @@ def transfer(work: Path, steps: int) -> None:
 
 def sampling(work: Path, steps: int, seconds: float) -> None:
     from rlds_cli import Loader, open_dataset
-    from rlds_cli.remote.transfer import push
+    from rlds_cli.remote.push import push
 
     name, url = "sample-zarr", "s3://bench/sample-zarr"
     build(name, "zarr", steps)
@@ -170,7 +171,7 @@ def _rank(args: tuple[str, int, str, bool, dict[str, str]]) -> tuple[int, int, f
 
 
 def ranks(work: Path, steps: int) -> None:
-    from rlds_cli.remote.transfer import push
+    from rlds_cli.remote.push import push
 
     name, url = "sample-zarr", "s3://bench/sample-zarr"
     if not (Path(os.environ["RLDS_HOME"]) / "datasets" / name).is_dir():

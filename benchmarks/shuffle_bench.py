@@ -67,8 +67,8 @@ def store_bytes(work: Path) -> None:
     from rlds_cli.cache.backends.zarr import write as zarr_write
     from rlds_cli.formats.base import StepBlock
     from rlds_cli.loader import Loader
+    from rlds_cli.remote.push import push
     from rlds_cli.remote.reader import RemoteDataset
-    from rlds_cli.remote.transfer import push
 
     zarr_write.ZARR_CHUNK_BYTES, zarr_write.ZARR_SHARD_BYTES = 6144, 6144 * 8
     zarr_write.ZARR_IN_RAM_BYTES = 0  # every column read from its chunks

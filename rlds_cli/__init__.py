@@ -48,8 +48,8 @@ _LAZY = {
     "EpisodeTable": "rlds_cli.cache.episode_table",
     "download": "rlds_cli.sources.download",
     "convert": "rlds_cli.sources.convert",
-    "push": "rlds_cli.remote.transfer",
-    "pull": "rlds_cli.remote.transfer",
+    "push": "rlds_cli.remote.push",
+    "pull": "rlds_cli.remote.pull",
 }
 
 __all__ = ["__version__", *_LAZY]

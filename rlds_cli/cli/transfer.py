@@ -217,7 +217,7 @@ def push(
 
     Example: rlds push hopper-medium-v2 s3://my-bucket/rlds/hopper-medium-v2
     """
-    from rlds_cli.remote.transfer import push as run_push
+    from rlds_cli.remote.push import push as run_push
 
     refuse_memory_store(url)
     _report(
@@ -255,7 +255,7 @@ def pull(
 
     Example: rlds pull s3://my-bucket/rlds/hopper-medium-v2
     """
-    from rlds_cli.remote.transfer import pull as run_pull
+    from rlds_cli.remote.pull import pull as run_pull
 
     refuse_memory_store(url)
     _report(
@@ -277,8 +277,8 @@ def _report(
 ) -> None:
     """Run a push or pull (``run(*args, ...)``) under a progress bar (``verb``), then say what it
     did: the JSON document, the one name of ``-q`` (a push's URL, a pull's cache name), or a line."""
+    from rlds_cli.remote.push import PushResult
     from rlds_cli.remote.store import parse_storage_options
-    from rlds_cli.remote.transfer import PushResult
 
     options = parse_storage_options(storage_option)
     with _transfer_progress(not (json or quiet), verb) as progress:
@@ -319,7 +319,10 @@ def _line(result: Any, row: dict[str, Any], *, pushed: bool) -> str:
     if pushed:
         return f"[green]pushed {name}[/] to {url}: {_summary(row, 'uploaded')}"
     if result.up_to_date:
-        return f"[green]{name}[/]: the cache already holds this version of {url}"
+        return (
+            f"[green]{name}[/]: the cache already holds this version of {url} (every file at its pushed "
+            f"size; 'rlds verify {name}' checks their content, --force pulls it again)"
+        )
     digests = "content digests checked" if result.digests_checked else "no content digests recorded"
     return f"[green]pulled {name}[/] from {url}: {_summary(row, 'downloaded')}; {digests}"
 

@@ -718,7 +718,7 @@ def finish(
         card=dataset_card(job.src),  # the data's licence and citation hold for what is made of it
     )
     if job.out_url is not None:  # files, index, then the manifest: as rlds push
-        from rlds_cli.remote.transfer import push_directory
+        from rlds_cli.remote.push import push_directory
 
         seal(out, manifest, fsync=fsync)
         push_directory(out, job.out_url, cache=job.cache, force=txn.replace)

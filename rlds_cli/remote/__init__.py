@@ -1,6 +1,6 @@
-"""Published datasets on object storage: :func:`rlds_cli.remote.transfer.push` copies a cached
+"""Published datasets on object storage: :func:`rlds_cli.remote.push.push` copies a cached
 dataset to any fsspec URL (``s3://bucket/prefix/NAME``, ``gcs://...``, ``file:///...``) and
-:func:`rlds_cli.remote.transfer.pull` brings it back into a cache.
+:func:`rlds_cli.remote.pull.pull` brings it back into a cache.
 
 The remote layout is the dataset's directory, file for file, plus ``rlds-files.json`` (every
 file's size and sha256, and the sha256 of the manifest they belong to). ``manifest.json`` is

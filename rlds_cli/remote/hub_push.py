@@ -301,7 +301,7 @@ def push_hub(
     progress: Progress | None,
 ) -> dict[str, Any]:
     """Push the dataset folder ``directory`` (its files ``local``, its manifest ``manifest_bytes``)
-    to ``url`` as one commit; returns the counts of :class:`~rlds_cli.remote.transfer.PushResult`.
+    to ``url`` as one commit; returns the counts of :class:`~rlds_cli.remote.push.PushResult`.
 
     Raises:
         RemoteExistsError: Another version is at ``url`` and ``force`` is false.

@@ -351,8 +351,8 @@ def safe_relpath(rel: str) -> bool:
 
 @dataclass
 class TransferResult:
-    """What a push or a pull did (:class:`~rlds_cli.remote.transfer.PushResult` and
-    :class:`~rlds_cli.remote.transfer.PullResult` add what moved).
+    """What a push or a pull did (:class:`~rlds_cli.remote.push.PushResult` and
+    :class:`~rlds_cli.remote.pull.PullResult` add what moved).
 
     Attributes:
         name: The dataset (its name in the cache).

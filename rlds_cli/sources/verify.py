@@ -149,8 +149,14 @@ def _redo_hint(kind: str, manifest: Any) -> str:
     if kind == "growing":  # nothing to make it again from: its episodes were written here
         return segment_damage_hint(name)
     if kind == "downloaded" or source.get("id"):
-        return f"download it again ('rlds download {source.get('id') or name} --name {name} --force')"
-    return f"convert it again ('rlds download {source.get('path', 'PATH')} --name {name} --force')"
+        return (
+            f"download it again ('rlds download {source.get('id') or name} --name {name} --force'), or, "
+            f"if it was pulled, pull it again ('rlds pull URL --name {name} --force')"
+        )
+    return (
+        f"convert it again ('rlds download {source.get('path', 'PATH')} --name {name} --force'), or, "
+        f"if it was pulled, pull it again ('rlds pull URL --name {name} --force')"
+    )
 
 
 #: Why a downloaded file's check is skipped, by its status (:func:`_raw_file_check`).

@@ -147,7 +147,7 @@ def test_a_mixture_of_incompatible_licences_says_so(tmp_path: Path) -> None:
 def test_a_hub_push_writes_the_card_and_croissant(hub: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("huggingface_hub")
     yaml = pytest.importorskip("yaml")
-    from rlds_cli.remote.transfer import push
+    from rlds_cli.remote.push import push
     from tests.hub_standin import TOKEN
 
     hub.add_repo("rlds-test/cards", {".gitattributes": b"*.npy filter=lfs\n", "README.md": b"# cards\n"})

@@ -258,8 +258,8 @@ def test_a_pushed_dataset_with_a_damaged_index_is_refused_where_it_lies() -> Non
     fsspec = pytest.importorskip("fsspec")
     from fsspec.implementations.memory import MemoryFileSystem
 
+    from rlds_cli.remote.push import push
     from rlds_cli.remote.store import INDEX_FILE, index_bytes
-    from rlds_cli.remote.transfer import push
 
     url = "memory://bucket/damaged/z"
     try:

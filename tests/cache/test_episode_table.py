@@ -266,7 +266,8 @@ def test_a_recording_has_its_seeds_and_env_spec() -> None:
 
 def test_the_front_door_names() -> None:
     from rlds_cli.recording.recorder import recording_writer
-    from rlds_cli.remote.transfer import pull, push
+    from rlds_cli.remote.pull import pull
+    from rlds_cli.remote.push import push
 
     assert rlds_cli.push is push and rlds_cli.pull is pull
     assert rlds_cli.recording_writer is recording_writer

@@ -582,12 +582,12 @@ def test_an_interrupted_preprocess_says_how_to_keep_its_chunks(
 def test_an_interrupted_push_does_not_say_nothing_was_published(monkeypatch: pytest.MonkeyPatch) -> None:
     """Its commit may have reached the remote before the answer came back: the remote then holds
     the whole dataset, which 'nothing was published' denied."""
-    import rlds_cli.remote.transfer
+    import rlds_cli.remote.push
 
     def interrupted(*args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(rlds_cli.remote.transfer, "push", interrupted)
+    monkeypatch.setattr(rlds_cli.remote.push, "push", interrupted)
     result = invoke("push", "anything", "s3://bucket/x")
     assert result.exit_code == 130
     assert result.stderr.splitlines() == [

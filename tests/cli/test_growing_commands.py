@@ -18,7 +18,8 @@ from rlds_cli.cache.layout import SEGMENT_BUILDS_DIR, SEGMENTS_DIR
 from rlds_cli.cache.root import CacheRoot
 from rlds_cli.cli.app import app
 from rlds_cli.errors import CommitFailedError
-from rlds_cli.remote.transfer import pull, push
+from rlds_cli.remote.pull import pull
+from rlds_cli.remote.push import push
 from tests.dataset_fixtures import uid_episode
 
 runner = CliRunner()

@@ -152,8 +152,8 @@ def test_bytes_fetched_per_rank_from_a_store(isolated_cache: Path, monkeypatch: 
     from rlds_cli.cache import DatasetBuilder
     from rlds_cli.cache.backends.zarr import write as zarr_write
     from rlds_cli.formats.base import StepBlock
+    from rlds_cli.remote.push import push
     from rlds_cli.remote.reader import RemoteDataset
-    from rlds_cli.remote.transfer import push
 
     # shards of 64 pixel rows, so a few thousand steps span many (the real ones hold 16 MiB)
     monkeypatch.setattr(zarr_write, "ZARR_CHUNK_BYTES", 6144)

@@ -261,7 +261,7 @@ def test_fsspec_is_imported_only_by_a_transfer(tmp_path: Path) -> None:
                 app(argv)
             except SystemExit as exc:
                 assert exc.code in (0, None), (argv, exc.code)
-        import rlds_cli.remote.transfer, rlds_cli.remote.store
+        import rlds_cli.remote.push, rlds_cli.remote.pull, rlds_cli.remote.store
         """
     assert _modules_loaded(textwrap.dedent(code), remote, tmp_path) == []
     pytest.importorskip("fsspec")

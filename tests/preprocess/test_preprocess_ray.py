@@ -405,7 +405,7 @@ def test_remote_zarr_in_and_out_survives_a_node_loss_with_no_shared_disk(
     and put their chunks there; a node lost mid-job still gives the files of a local run."""
     import s3fs
 
-    from rlds_cli.remote.transfer import push
+    from rlds_cli.remote.push import push
     from tests.remote.test_remote import s3_env
 
     env = s3_env(moto_endpoint)

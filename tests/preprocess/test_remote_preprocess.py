@@ -26,8 +26,8 @@ from tests.dataset_fixtures import make_dataset
 
 fsspec = pytest.importorskip("fsspec")
 
+from rlds_cli.remote.push import push  # noqa: E402
 from rlds_cli.remote.reader import RemoteNotReadableError  # noqa: E402
-from rlds_cli.remote.transfer import push  # noqa: E402
 
 FNS = "tests.preprocess_fns"
 runner = CliRunner()

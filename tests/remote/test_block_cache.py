@@ -28,8 +28,8 @@ fsspec = pytest.importorskip("fsspec")
 
 from rlds_cli.remote import block_cache, block_gc, block_ledger, store  # noqa: E402
 from rlds_cli.remote.files import RemoteFiles  # noqa: E402
+from rlds_cli.remote.push import push  # noqa: E402
 from rlds_cli.remote.reader import RemoteDataset, RemoteNotReadableError  # noqa: E402
-from rlds_cli.remote.transfer import push  # noqa: E402
 from tests.faults import count_steps, kill_at  # noqa: E402
 from tests.formats_fixtures import refused  # noqa: E402
 from tests.remote.test_remote import moto_endpoint, s3  # noqa: E402, F401  (fixtures)

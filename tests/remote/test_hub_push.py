@@ -22,7 +22,8 @@ from tests.remote.test_remote import make_demo, runner, tree
 
 pytest.importorskip("huggingface_hub")
 
-from rlds_cli.remote.transfer import pull, push
+from rlds_cli.remote.pull import pull
+from rlds_cli.remote.push import push
 
 REPO_URL = "hf://datasets/rlds-test/shared"
 URL = f"{REPO_URL}/demo"

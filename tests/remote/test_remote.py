@@ -39,9 +39,10 @@ from tests import faults
 
 fsspec = pytest.importorskip("fsspec")
 
-from rlds_cli.remote import transfer as pull_module  # noqa: E402
-from rlds_cli.remote import transfer as push_module  # noqa: E402
-from rlds_cli.remote.transfer import pull, push  # noqa: E402
+from rlds_cli.remote import pull as pull_module  # noqa: E402
+from rlds_cli.remote import push as push_module  # noqa: E402
+from rlds_cli.remote.pull import pull  # noqa: E402
+from rlds_cli.remote.push import push  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -102,6 +103,35 @@ def test_pull_under_another_name_renames_only_the_manifest_name(tmp_path: Path) 
         np.testing.assert_array_equal(np.asarray(a.column(key)), np.asarray(b.column(key)))
     again = runner.invoke(app, ["pull", f"file://{tmp_path}/bucket/d", "--name", "d"])
     assert again.exit_code == 0 and "already holds this version" in again.stdout
+
+
+@pytest.mark.parametrize("damage", ["cut short", "removed"])
+def test_a_pull_over_a_damaged_copy_of_the_same_version_says_so(tmp_path: Path, damage: str) -> None:
+    """The cache's copy of the pushed version lost a file or its end: the pull said "the cache
+    already holds this version" (exit 0), so the hints' "restore it with rlds pull" did nothing.
+    It names the file and says --force pulls it again, which mends the copy."""
+    from rlds_cli import open_dataset
+    from rlds_cli.cache.backends.base import key_path
+
+    make_demo("d", "memmap")
+    url = f"file://{tmp_path}/bucket/d"
+    push("d", url)
+    column = key_path(CacheRoot().dataset_dir("d"), "action", ".npy")
+    if damage == "cut short":
+        column.write_bytes(column.read_bytes()[:-8])
+    else:
+        column.unlink()
+    result = runner.invoke(app, ["pull", url])
+    assert result.exit_code == 1, result.output
+    found = "is missing" if damage == "removed" else "holds"
+    assert f"is the version at {url}, but its file arrays/action.npy {found}" in result.output
+    assert "pass --force to pull it again" in result.output
+    result = runner.invoke(app, ["pull", url, "--force"])
+    assert result.exit_code == 0, result.output
+    assert runner.invoke(app, ["verify", "d"]).exit_code == 0
+    assert np.asarray(open_dataset("d").column("action")).shape[0] > 0
+    again = runner.invoke(app, ["pull", url])
+    assert again.exit_code == 0 and "'rlds verify d' checks their content" in again.stdout
 
 
 def test_a_push_over_another_dataset_or_version_says_which(tmp_path: Path) -> None:
@@ -797,7 +827,7 @@ def test_s3_zarr_round_trip_and_a_killed_push(s3: Any, moto_endpoint: str, isola
     script = textwrap.dedent(
         f"""
         import os, signal
-        import rlds_cli.remote.transfer as p
+        import rlds_cli.remote.push as p
         count = [0]
         real = p._upload_file
         def upload(*args):

@@ -18,8 +18,8 @@ from rlds_cli.loader.opening import open_dataset
 
 fsspec = pytest.importorskip("fsspec")
 
+from rlds_cli.remote.push import push  # noqa: E402
 from rlds_cli.remote.store import index_bytes  # noqa: E402
-from rlds_cli.remote.transfer import push  # noqa: E402
 
 runner = CliRunner()
 

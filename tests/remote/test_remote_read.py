@@ -35,8 +35,8 @@ fsspec = pytest.importorskip("fsspec")
 from rlds_cli.cache.backends.zarr import read as zarr_read  # noqa: E402
 from rlds_cli.remote import reader as reader_module  # noqa: E402
 from rlds_cli.remote import store  # noqa: E402
+from rlds_cli.remote.push import push  # noqa: E402
 from rlds_cli.remote.reader import RemoteDataset, RemoteNotReadableError  # noqa: E402
-from rlds_cli.remote.transfer import push  # noqa: E402
 from tests.remote.test_remote import moto_endpoint, s3, s3_env  # noqa: E402, F401  (fixtures)
 
 runner = CliRunner()
@@ -488,7 +488,7 @@ def test_frame_columns_read_where_they_lie_and_pull(
     """A zarr dataset with a frame column (webp): read where it was pushed (ranged reads, or the
     file cache's copy), checked by its digests, pulled whole; a changed frame is reported."""
     from rlds_cli.cache.digest import check_digests
-    from rlds_cli.remote.transfer import pull
+    from rlds_cli.remote.pull import pull
     from tests.frames_fixtures import build_frames
 
     pixels = build_frames(isolated_cache, "f", [4, 2, 5], "webp", backend="zarr")

@@ -22,7 +22,7 @@ from rlds_cli.errors import CorruptDatasetError
 from rlds_cli.loader.opening import open_dataset
 from rlds_cli.remote import files as signed_ranges
 from rlds_cli.remote.files import SignedRanges
-from rlds_cli.remote.transfer import push
+from rlds_cli.remote.push import push
 from tests.remote.test_remote import moto_endpoint, s3  # noqa: F401  (fixtures)
 from tests.remote.test_remote_read import URL, build, read_everything
 

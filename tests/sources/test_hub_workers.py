@@ -69,7 +69,7 @@ def test_forked_dataloader_workers_read_hf_like_the_local_dataset(
     from torch.utils.data import DataLoader
 
     from rlds_cli.loader.torch_data import TedIterableDataset, collate_ted
-    from rlds_cli.remote.transfer import push
+    from rlds_cli.remote.push import push
 
     make_demo("demo", "zarr")
     push("demo", URL)

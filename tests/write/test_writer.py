@@ -473,7 +473,8 @@ def test_a_refreshed_view_reads_what_a_fresh_open_reads(isolated_cache: Path, ba
 
 
 def test_push_of_a_growing_dataset_takes_one_view(isolated_cache: Path, tmp_path: Path) -> None:
-    from rlds_cli.remote.transfer import pull, push
+    from rlds_cli.remote.pull import pull
+    from rlds_cli.remote.push import push
 
     with rlds_cli.DatasetWriter("pu", capacity_episodes=3, grace_seconds=3600) as w:
         for uid in range(5):
