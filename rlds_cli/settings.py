@@ -63,11 +63,22 @@ def _flag(name: str, default: bool) -> bool:
 def cache_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     """Return the cache root: ``explicit`` > ``$RLDS_HOME`` > the platform user cache dir."""
     if explicit is not None and str(explicit) != "":
-        return Path(explicit).expanduser()
+        return _expanded(Path(explicit), "--root")
     env = os.environ.get("RLDS_HOME")
     if env:
-        return Path(env).expanduser()
+        return _expanded(Path(env), "RLDS_HOME")
     return Path(platformdirs.user_cache_dir(APP_NAME))
+
+
+def _expanded(path: Path, given: str) -> Path:
+    """``path`` with ``~``/``~user`` expanded; a user without a home folder is a :class:`SettingError`."""
+    try:
+        return path.expanduser()
+    except RuntimeError:  # Path.expanduser: "Could not determine home directory."
+        raise SettingError(
+            f"{given} is {str(path)!r}, whose home folder ({path.parts[0]}) is unknown on this machine",
+            hint="give the cache root as a path without ~user",
+        ) from None
 
 
 def debug() -> bool:

@@ -53,6 +53,12 @@ conventions below over every command.
   plain, complete, aligned lines. Colours follow `NO_COLOR`; glyphs fall back to ASCII when
   the output encoding cannot show them (`PYTHONIOENCODING=ascii`). Warnings and log lines carry
   no source file or line.
+- **Files you name.** `show -o`, `show --rerun`, `inspect --plot` and `stats
+  --normalization-table` write their file whole (a temporary file, renamed), never inside the
+  cache's own folders, and over an existing file only where an earlier run of the command wrote
+  it (a page's generator tag, a plot's creator, a table's format, a rerun recording's header):
+  any other file there is refused and kept. `export` replaces an existing target only with
+  `--force`, and only an earlier export.
 - **Threads.** numpy's OpenBLAS starts one thread in rlds's own process unless
   `OPENBLAS_NUM_THREADS` is set (its pool of a thread per core costs ~50 ms of CPU at start-up,
   and no command's work is BLAS); `preprocess` leaves the variable as you set it for your function.

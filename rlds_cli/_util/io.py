@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from rlds_cli.errors import DiskFullError
+from rlds_cli.errors import DiskFullError, RldsError
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -356,3 +356,31 @@ def fsync_tree(root: Path) -> None:
 
 def _nothing() -> None:
     return None
+
+
+#: Bytes of an existing output file's start and of its end searched for its writer's mark.
+_MARK_WINDOW = 64 << 10
+
+
+def refuse_foreign_output(
+    path: Path, what: str, mark: bytes, error: type[RldsError], *, magic: bytes = b""
+) -> None:
+    """Raise ``error`` where the user-named output ``path`` holds a file that an earlier run of the
+    command did not write: one that does not start with ``magic`` and hold ``mark`` in its first or
+    last 64 KiB (an empty file, or none, may be written). Written over, the user's file was lost
+    (``rlds show -o data.hdf5`` replaced a dataset's source with a page, exit 0). A file that cannot
+    be read is left to the write, whose error names it."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_MARK_WINDOW)
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(max(len(head), size - _MARK_WINDOW))
+            tail = fh.read(_MARK_WINDOW)
+    except OSError:
+        return
+    if not head or (head.startswith(magic) and (mark in head or mark in tail)):
+        return
+    raise error(
+        f"cannot write {what} to {path}: the file there is not one this command wrote, and it would be lost",
+        hint="remove it first, or name another file",
+    )

@@ -151,6 +151,12 @@ class CacheRoot:
         above = next((p for p in self.path.parents if os.path.lexists(p)), None)
         if above is not None and not above.is_dir():
             raise CacheLocationError(f"the cache root {self.path} lies under {above}, which is a file")
+        for folder in (DATASETS_DIR, TMP_DIR, LOCKS_DIR, RAW_DIR):  # a list would call it empty
+            if os.path.lexists(self.path / folder) and not (self.path / folder).is_dir():
+                raise CacheLocationError(
+                    f"the cache root {self.path} is damaged: its {folder} folder is a file",
+                    hint=f"move {self.path / folder} away (rlds makes the folder again)",
+                )
 
     def __repr__(self) -> str:
         return f"CacheRoot({str(self.path)!r})"

@@ -152,6 +152,7 @@ def gc(
             "--remote-cache",
             help='Also clean this remote-read cache folder (e.g. "$RLDS_REMOTE_CACHE"): leftovers of '
             "killed readers, and blocks that fail their checksum.",
+            readable=False,  # an unreadable folder is gc's one-line error, not a usage error
         ),
     ] = None,
     root: RootOption = None,

@@ -566,7 +566,10 @@ def _unexpected(exc: Exception) -> BaseException:
 RootOption = Annotated[
     Path | None,
     typer.Option(
-        "--root", help="Cache root (default: $RLDS_HOME, else the user cache dir).", show_default=False
+        "--root",
+        help="Cache root (default: $RLDS_HOME, else the user cache dir).",
+        show_default=False,
+        readable=False,  # an unreadable root is rlds's one-line error, as through RLDS_HOME
     ),
 ]
 

@@ -320,6 +320,8 @@ def atomic_target(
         except (OSError, RuntimeError) as exc:
             if is_disk_full(exc):  # the OS error names no file, or the temporary one
                 raise DiskFullError(f"no space left on the device writing {out}", hint=_DISK_HINT) from None
+            if isinstance(exc, OSError) and exc.filename is None:  # h5py's names no file
+                exc.filename = str(out)
             raise
         with signals.publishing(str(out)):
             _replace(out, tmp, overwrite=overwrite)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_cli._util.io import atomic_path, refuse_foreign_output
 from rlds_cli.cache import stats
 from rlds_cli.cache.backends.frames import frame_files
 from rlds_cli.cache.blocks import Budget, blocks
@@ -240,6 +241,8 @@ def describe(ds: Dataset, *, statistics: bool = True, budget: Budget | None = No
 
 #: Episodes whose observation traces are drawn.
 TRACED_EPISODES = 3
+#: Kept in a plot's metadata (where its format has a place for it).
+PLOT_MARK = "rlds inspect --plot"
 
 
 def plot_dataset(ds: Dataset, out: str | Path, root: str | Path | None = None) -> Path:
@@ -261,6 +264,7 @@ def plot_dataset(ds: Dataset, out: str | Path, root: str | Path | None = None) -
     suffix = out.suffix.lower().lstrip(".")
     problem = (
         "is a folder" if out.is_dir()
+        else f"cannot be written: {out.parent} is a file" if out.parent.is_file()
         else f"has no image suffix ({', '.join('.' + f for f in ('png', 'pdf', 'svg'))}, ...)" if not suffix
         else f"ends .{suffix}, which is no image format matplotlib writes" if suffix not in formats
         else None
@@ -270,6 +274,7 @@ def plot_dataset(ds: Dataset, out: str | Path, root: str | Path | None = None) -
         raise ExportError(f"--plot {out} {problem}", hint="give a file name such as plot.png")
     try:
         refuse_cache_output(out, root, "the plot", ExportError)
+        refuse_foreign_output(out, "the plot", PLOT_MARK.encode(), ExportError)
     except ExportError:
         plt.close(fig)
         raise
@@ -290,6 +295,10 @@ def plot_dataset(ds: Dataset, out: str | Path, root: str | Path | None = None) -
     fig.suptitle(f"{ds.name}: {ds.num_steps:,} steps, {ds.num_episodes:,} episodes")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
+    # the mark that lets a later run write over this plot (refuse_foreign_output), where the format
+    # keeps one: PNG's text chunks, the others' creator
+    key = {"png": "Software", **dict.fromkeys(("pdf", "svg", "eps", "ps"), "Creator")}.get(suffix)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=100, format=suffix, metadata={key: PLOT_MARK} if key else None)
     plt.close(fig)
     return out

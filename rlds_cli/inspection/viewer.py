@@ -43,7 +43,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from rlds_cli._util.io import atomic_path, atomic_write
+from rlds_cli._util.io import atomic_path, atomic_write, refuse_foreign_output
 from rlds_cli.cache.backends.frames import FramesColumn
 from rlds_cli.cache.card import dataset_fps
 from rlds_cli.cache.dataset import Dataset
@@ -67,6 +67,8 @@ __all__ = [
 ]
 
 
+#: In the head of every page (``data/viewer.html``): a later run may write over a page that has it.
+PAGE_MARK = b'<meta name="generator" content="rlds show">'
 #: Frames per ``<script>`` element of the page (one read and one write of the stored bytes).
 FRAMES_PER_CHUNK = 128
 #: JPEG quality of frames stored raw, encoded for the page.
@@ -152,24 +154,37 @@ def write_episode_page(
         InvalidSelectionError: An episode outside the dataset, none, or too many.
         ViewerError: ``out``'s folder does not exist, or ``out`` is a folder.
     """
-    path = Path(out)
-    if path.is_dir():
-        raise ViewerError(f"cannot write the page to {path}: it is a folder", hint="name an .html file")
-    if path.parent.exists() and not path.parent.is_dir():
-        raise ViewerError(
-            f"cannot write the page to {path}: {path.parent} is a file, not a folder",
-            hint="write the page elsewhere",
-        )
-    if not path.parent.is_dir():
-        raise ViewerError(
-            f"cannot write the page to {path}: its folder {path.parent} does not exist",
-            hint="create the folder first, or write the page elsewhere",
-        )
-    refuse_cache_output(path, root, "the page", ViewerError)
+    path = _output(out, "the page", ".html", root)
+    refuse_foreign_output(path, "the page", PAGE_MARK, ViewerError)
     page = EpisodeContent(dataset, episodes, audit_flags, tolerances, fps, root)
     summary = PageSummary(path)
     atomic_write(path, lambda fh: page.write(fh, summary))
     return summary
+
+
+def _output(out: str | os.PathLike[str], what: str, suffix: str, root: Any) -> Path:
+    """``out`` as a file :func:`write_page` or :func:`write_rerun` may write ``what`` to: a file
+    (or none) in an existing folder it may write in, outside the cache's own folders at ``root``.
+
+    Raises:
+        ViewerError: It is not (named, with what to do).
+    """
+    path = Path(out)
+    elsewhere = f"write {what} elsewhere"
+    if path.is_dir():
+        problem, hint = "it is a folder", f"name a {suffix} file"
+    elif path.parent.is_file():
+        problem, hint = f"{path.parent} is a file, not a folder", elsewhere
+    elif not path.parent.is_dir():
+        problem, hint = f"its folder {path.parent} does not exist", f"create the folder first, or {elsewhere}"
+    elif not os.access(path.parent, os.W_OK | os.X_OK):  # rerun's own error named a temporary file
+        problem, hint = f"permission denied in {path.parent}", elsewhere
+    else:
+        problem = hint = ""
+    if problem:
+        raise ViewerError(f"cannot write {what} to {path}: {problem}", hint=hint)
+    refuse_cache_output(path, root, what, ViewerError)
+    return path
 
 
 def episode_page(
@@ -536,13 +551,8 @@ def write_rerun(
         InvalidSelectionError, ViewerError: As for the page.
     """
     rr = import_extra("rerun", "--rerun", hint="pip install 'rlds-cli[rerun]'", package="rerun-sdk")
-    path = Path(out)
-    if path.is_dir() or not path.parent.is_dir():
-        what = "it is a folder" if path.is_dir() else f"its folder {path.parent} does not exist"
-        raise ViewerError(
-            f"cannot write the recording to {path}: {what}", hint="name an .rrd file in a folder"
-        )
-    refuse_cache_output(path, root, "the recording", ViewerError)
+    path = _output(out, "the recording", ".rrd", root)
+    refuse_foreign_output(path, "the recording", b"rlds", ViewerError, magic=b"RRF")  # rerun's, by "rlds"
     content = EpisodeContent(dataset, episodes, audit_flags, tolerances, fps, root)
     summary = RerunSummary(path, cameras=[c.key for c in content.cameras])
     with atomic_path(path) as tmp:

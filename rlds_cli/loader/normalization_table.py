@@ -356,7 +356,7 @@ class NormalizationTable:
     def save(self, path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> Path:
         """Write the table as JSON to ``path``, whole or not at all (refused inside the cache's
         own folders at ``root``, default: ``$RLDS_HOME``'s). Returns the path."""
-        from rlds_cli._util.io import atomic_write
+        from rlds_cli._util.io import atomic_write, refuse_foreign_output
         from rlds_cli.cache.root import refuse_cache_output
 
         target = Path(path)
@@ -364,6 +364,8 @@ class NormalizationTable:
             raise MixtureError(f"cannot write the normalization table to {target}: it is a folder",
                                hint="give a file name, e.g. norm.json")  # fmt: skip
         refuse_cache_output(target, root, "the normalization table", MixtureError)
+        mark = json.dumps({"format": _FORMAT})[1:-1].encode()  # '"format": "rlds-normalization-table"'
+        refuse_foreign_output(target, "the normalization table", mark, MixtureError)
         atomic_write(target, json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n", fsync=False)
         return target
 

@@ -335,6 +335,34 @@ def test_a_cache_root_under_a_file_is_one_line(tmp_path: Path) -> None:
         assert line == f"error: the cache root {root} lies under {tmp_path / 'afile'}, which is a file", line
 
 
+@pytest.mark.parametrize("folder", ["datasets", "tmp", "locks", "raw"])
+def test_a_cache_root_whose_own_folder_is_a_file_is_one_line(tmp_path: Path, folder: str) -> None:
+    """``demo`` failed with "unexpected FileExistsError"; ``list``, ``du`` and ``gc`` said the
+    cache was empty."""
+    (tmp_path / folder).write_text("")
+    for args in (["demo"], ["list"], ["du"], ["gc"]):
+        result = runner.invoke(app, [*args, "--root", str(tmp_path)])
+        assert result.exit_code == 1, (args, result.output)
+        assert result.stderr.splitlines() == [
+            f"error: the cache root {tmp_path} is damaged: its {folder} folder is a file",
+            f"hint: move {tmp_path / folder} away (rlds makes the folder again)",
+        ], args
+
+
+def test_a_cache_root_of_a_user_without_a_home_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``~nosuchuser/x`` was "unexpected RuntimeError: Could not determine home directory."."""
+    for via_env in (True, False):
+        if via_env:
+            monkeypatch.setenv("RLDS_HOME", "~rlds-no-such-user/x")
+        result = runner.invoke(app, ["list"] if via_env else ["list", "--root", "~rlds-no-such-user/x"])
+        assert result.exit_code == 1, result.output
+        given = "RLDS_HOME" if via_env else "--root"
+        assert result.stderr.splitlines()[0] == (
+            f"error: {given} is '~rlds-no-such-user/x', whose home folder (~rlds-no-such-user) is unknown "
+            "on this machine"
+        )
+
+
 def test_a_demo_batch_too_large_for_memory_is_a_usage_error(tmp_path: Path) -> None:
     result = runner.invoke(app, ["demo", "--batch-size", "99999999999", "--root", str(tmp_path / "h")])
     assert result.exit_code == 2, result.output

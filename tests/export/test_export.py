@@ -62,6 +62,25 @@ def test_d4rl_export_columns(golden: Dataset, tmp_path: Path) -> None:
         assert f["actions"][:].tolist() == GOLDEN["action"]
 
 
+@pytest.mark.parametrize("to", ["d4rl", "robomimic"])
+def test_an_hdf5_export_refused_by_the_os_names_its_path(
+    golden: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, to: str
+) -> None:
+    """h5py's PermissionError (a folder the user may not write in) names no file: the line said
+    "permission denied: (unknown file)"."""
+    import errno
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise PermissionError(errno.EACCES, "Unable to synchronously create file")
+
+    monkeypatch.setattr(h5py, "File", refused)
+    out = tmp_path / f"out.{to}.hdf5"
+    result = runner.invoke(app, ["export", golden.name, str(out), "--to", to])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines()[0] == f"error: permission denied: {out}", result.output
+    assert not list(tmp_path.glob("out.*"))
+
+
 def test_d4rl_round_trip(golden: Dataset, tmp_path: Path) -> None:
     out = export_dataset(golden, tmp_path / "out.hdf5", "d4rl")
     convert(out, "back")

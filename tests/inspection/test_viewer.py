@@ -214,7 +214,8 @@ def test_a_failure_leaves_the_old_page_and_no_temp_file(
     root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "p.html"
-    out.write_text("old")
+    write_episode_page("faulty", out, episodes=[0], audit_flags=False, root=root)
+    old = out.read_bytes()
 
     def broken(self: object, cam: object, pos: int) -> object:
         yield [b"x"]
@@ -223,7 +224,7 @@ def test_a_failure_leaves_the_old_page_and_no_temp_file(
     monkeypatch.setattr(viewer.EpisodeContent, "frames", broken)
     with pytest.raises(OSError, match="disk gone"):
         write_episode_page("faulty", out, episodes=[1], audit_flags=False, root=root)
-    assert out.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["p.html"]
+    assert out.read_bytes() == old and sorted(p.name for p in tmp_path.iterdir()) == ["p.html"]
 
 
 def test_a_dataset_without_cameras_and_a_channels_first_camera(tmp_path: Path, ted_dataset: Any) -> None:
