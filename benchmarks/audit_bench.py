@@ -8,7 +8,8 @@ float32 reward, episodes of ``--length`` steps; memmap) is written under a tempo
 * **Read rate.** Its files' pages are dropped from the page cache (``posix_fadvise``), then read
   end to end with plain 1 MiB ``read`` calls: the disk's sequential rate on these very files.
   The pages are dropped again and :func:`rlds_cli.audit` runs over the dataset (every stored
-  key: the low-dim columns); its rate is the dataset's bytes over its wall time. Both are
+  key: the low-dim columns; its digest check first); its rate is the dataset's bytes over its
+  wall time, and the digest check (``verify_parent``) is timed alone for its share. All are
   also timed with the files in the page cache (``warm``). Best of ``--repeats``.
 * **Views.** ``create_selection`` of ``--chosen`` episodes drawn at random (seeded), published
   (manifest, episode index, atomic rename), and ``select_episodes`` (the unpublished view of
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RLDS_FSYNC", "0")
     import numpy as np
 
+    from rlds_cli.cache.compose import verify_parent
     from rlds_cli.cache.derive import create_selection, select_episodes
     from rlds_cli.inspection.audit import audit
 
@@ -133,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         for label, cold in (("cold (pages dropped)", paths), ("warm (page cache)", None)):
             read_s = best(lambda: read_all(paths), a.repeats, cold)
             audit_s = best(lambda: audit("lowdim", root=root), a.repeats, cold)
-            rows.append((label, mb / read_s, mb / audit_s, read_s / audit_s))
+            digest_s = best(lambda: verify_parent(ds), a.repeats, cold)  # audit's first step
+            rows.append((label, mb / read_s, mb / audit_s, read_s / audit_s, digest_s / audit_s))
         ids = np.sort(np.random.default_rng(0).choice(ds.num_episodes, a.chosen, replace=False))
         counter = iter(range(10**6))
         view_s = best(
@@ -144,10 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         view_bytes = sum(p.stat().st_size for p in files(root / "datasets" / "v0"))
         sel_s = best(lambda: select_episodes(ds, ids), a.repeats, None)
         print(f"dataset: {ds.num_steps:,} steps, {ds.num_episodes:,} episodes of {a.length}, {mb:.0f} MB\n")
-        print("| files | sequential read MB/s | audit MB/s | audit / read |")
-        print("|---|---:|---:|---:|")
-        for label, r, au, ratio in rows:
-            print(f"| {label} | {r:,.0f} | {au:,.0f} | {ratio:.2f}x |")
+        print("| files | sequential read MB/s | audit MB/s | audit / read | its digest check alone / audit |")
+        print("|---|---:|---:|---:|---:|")
+        for label, r, au, ratio, share in rows:
+            print(f"| {label} | {r:,.0f} | {au:,.0f} | {ratio:.2f}x | {share:.2f} |")
         print(f"\n| view of {a.chosen:,} chosen episodes | seconds | bytes on disk |")
         print("|---|---:|---:|")
         print(f"| `create_selection` (published) | {view_s:.3f} | {view_bytes:,} |")
