@@ -14,6 +14,11 @@ from typing import Any
 
 import pytest
 
+from rlds_cli.cache.layout import COMMITTED_FILE
+
+#: A segment's commit mark, relative to it.
+MARK = Path(COMMITTED_FILE)
+
 
 class DurabilityTrace:
     """Records, in order, every ``os.fsync`` and every ``os.rename``/``os.replace``."""
@@ -71,8 +76,7 @@ def check_durable_publish(trace: DurabilityTrace, final: Path) -> None:
         ends = trace.where_it_ends(path, i)
         if i <= last_build_sync and ends.is_relative_to(final):
             synced.setdefault(ends.relative_to(final), []).append(i)
-    # the committed file is made after the record, unsynced: it only tells damage from a crash
-    entries = {p.relative_to(final): p.is_dir() for p in final.rglob("*") if p.name != "committed"}
+    entries = {p.relative_to(final): p.is_dir() for p in final.rglob("*")}
     assert {Path("manifest.json"), Path("episodes.npy")} <= entries.keys()
     missing = sorted(str(p) for p in entries.keys() - synced.keys())
     assert not missing, f"not fsynced before the build folder: {missing}"
@@ -123,8 +127,8 @@ def check_durable_segment(trace: DurabilityTrace, directory: Path) -> None:
         ends = trace.where_it_ends(path, i)
         if ends.is_relative_to(final):
             synced.setdefault(ends.relative_to(final), []).append(i)
-    # the committed file is made after the record, unsynced: it only tells damage from a crash
-    entries = {p.relative_to(final): p.is_dir() for p in final.rglob("*") if p.name != "committed"}
+    # the commit mark is made after the record, unsynced: it only tells damage from a crash
+    entries = {p.relative_to(final): p.is_dir() for p in final.rglob("*") if p.relative_to(final) != MARK}
     assert {Path("manifest.json"), Path("episodes.npy")} <= entries.keys()
     missing = sorted(str(p) for p in [Path("."), *entries] if p not in synced)
     assert not missing, f"not fsynced before the commit record: {missing}"

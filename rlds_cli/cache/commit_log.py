@@ -724,12 +724,12 @@ def unnamed(directory: Path, *views: LogState) -> tuple[list[Path], str | None]:
         writer, instance, merged = _segment_origin(path)  # read once: runs? whose? what?
         marked = (path / COMMITTED_FILE).is_file()
         # a running writer may be between its segment's rename and its record, unless the segment
-        # has its committed file (made after the record)
+        # has its commit/recorded file (made after the record)
         if (_running(writer) and not marked) or not path.is_dir():  # gone: removed by compact or gc
             continue
         listed.append((path, seg, writer, instance, merged, marked))
-    # followed again: a record appended since the first follow (its writer then made the committed
-    # file, or died, before the listing looked) names its segment, which is no leftover
+    # followed again: a record appended since the first follow (its writer then made the mark,
+    # or died, before the listing looked) names its segment, which is no leftover
     latest.follow(directory / COMMIT_LOG_FILE)
     found: list[Path] = []
     merges: list[Path] = []

@@ -13,10 +13,10 @@ never evicted); ``min_total`` counts every step. A manifest without ``min_total`
 (which counted every step) read as ``min_total``, with ``min_size`` 0.
 
 **Unnamed segments** (:func:`unnamed`). A writer renames a sealed segment into ``segments/``, appends
-its log record, then makes the segment's ``committed`` file (:mod:`rlds_cli.write.segments`); killed
+its log record, then makes the segment's ``commit/recorded`` file (:mod:`rlds_cli.write.segments`); killed
 between the rename and the record, it leaves one unnamed leftover without that file, which ``rlds
 compact`` removes once the writer no longer runs. A log that lost records (emptied, cut, restored from
-an old copy) also leaves unnamed segments, which are committed data: one with its ``committed`` file, or
+an old copy) also leaves unnamed segments, which are committed data: one with its ``commit/recorded`` file, or
 (segments written before that file) several of one dead writer, or several beside an empty log, mean
 lost records (:func:`unnamed`): ``rlds compact`` keeps them and ``rlds inspect --check`` reports it.
 

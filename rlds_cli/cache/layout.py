@@ -61,9 +61,12 @@ COMMIT_LOG_FILE = "commits.log"
 LOG_CHECKPOINT_FILE = ".log-state"
 #: Segment builds in progress (inside the dataset: a rename away from segments/).
 SEGMENT_BUILDS_DIR = "building"
-#: Inside a segment's folder: an empty file its writer makes once the segment's record is in the
-#: log (cache/commit_log.py, "Segments it does not name"). The only file added after a segment's rename.
-COMMITTED_FILE = "committed"
+#: Inside a segment's folder, made empty with it: where its writer marks the segment recorded.
+#: Its own folder, so the mark changes no folder a reader pins (a segment's ctime is its version).
+COMMIT_MARK_DIR = "commit"
+#: The empty file a segment's writer makes once its record is in the log (cache/commit_log.py,
+#: "segments it does not name"): the only file added after a segment's rename.
+COMMITTED_FILE = f"{COMMIT_MARK_DIR}/recorded"
 #: The folders a growing dataset has from the start, empty or not (a copy made by pull too): a
 #: writer adding one would change the dataset folder's ctime, the version its readers pin.
 GROWING_FOLDERS = (SEGMENTS_DIR, SEGMENT_BUILDS_DIR)

@@ -9,14 +9,15 @@ A commit (:func:`commit_segment`), in order:
 3. ``rename`` the build to ``segments/<id>``; then fsync, all at once, every file of the segment,
    every folder of it and ``segments/``;
 4. append an ``ADD`` record to ``commits.log`` (one ``O_APPEND`` write) and fsync the log;
-5. make the segment's empty ``committed`` file (no fsync).
+5. make the segment's empty ``commit/recorded`` file (no fsync; ``commit/`` was made with the
+   build, so no folder a reader pins changes).
 
 The episodes become visible at step 4 and only there: killed before it, the writer leaves a build
-folder or an unreferenced segment without ``committed``, which no reader looks at and a compaction's
+folder or an unreferenced segment without ``commit/recorded``, which no reader looks at and a compaction's
 :func:`collect` removes once older than the grace period and its writer no longer runs (a segment:
 where the log is not damaged); killed after it, the episodes are committed. Step 5 is what tells a
 log that lost its last record from that kill: a segment the log does not name but that has
-``committed`` is damage, never a leftover (:func:`~rlds_cli.cache.commit_log.unnamed`). Several
+``commit/recorded`` is damage, never a leftover (:func:`~rlds_cli.cache.commit_log.unnamed`). Several
 writers commit at once: each has its own build folder and segment id, and the log takes whole
 records.
 
@@ -70,6 +71,7 @@ from rlds_cli.cache.commit_log import (
 )
 from rlds_cli.cache.layout import (
     COMMIT_LOG_FILE,
+    COMMIT_MARK_DIR,
     GROWING_FOLDERS,
     SEGMENT_BUILDS_DIR,
     SEGMENTED_LAYOUT,
@@ -174,6 +176,7 @@ def building_segment(directory: Path, seg: bytes, *, fsync: bool) -> Iterator[Pa
     build.parent.mkdir(exist_ok=True)
     os.mkdir(build)
     try:
+        os.mkdir(build / COMMIT_MARK_DIR)  # empty until the segment's record is in the log
         yield build
         final = directory / SEGMENTS_DIR / seg_name(seg)
         os.rename(build, final)
