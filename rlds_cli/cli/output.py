@@ -620,6 +620,10 @@ FramesOption = Annotated[
 NameOption = Annotated[
     str | None, typer.Option("--name", "-n", help="Name of the new dataset in the cache.", show_default=False)
 ]
+#: ``--name`` of the commands whose new dataset has no default name (the help says it is required).
+RequiredNameOption = Annotated[
+    str, typer.Option("--name", "-n", help="Name of the new dataset in the cache.", show_default=False)
+]
 
 
 def force_option(help: str) -> Any:

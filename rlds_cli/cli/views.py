@@ -14,6 +14,7 @@ from rlds_cli.cli.output import (
     JsonOption,
     NameOption,
     QuietOption,
+    RequiredNameOption,
     RootOption,
     VerboseOption,
     force_option,
@@ -257,18 +258,12 @@ def _report(
 ForceOneOption = Annotated[bool, force_option("Replace an existing dataset of the new name.")]
 
 
-def _need_name(name: str | None) -> str:
-    if name is None:
-        raise typer.BadParameter("the new dataset's name is required", param_hint="'--name' / '-n'")
-    return name
-
-
 @handle_errors
 def merge(
     datasets: Annotated[
         list[str], typer.Argument(help="Two or more datasets with the same schema, merged in this order.")
     ],
-    name: NameOption = None,
+    name: RequiredNameOption,
     no_verify: Annotated[
         bool,
         typer.Option(
@@ -291,9 +286,8 @@ def merge(
     from rlds_cli.cache.compose import merge_datasets
     from rlds_cli.catalog.registry import resolve_name
 
-    new = _need_name(name)
     parents = [resolve_name(d, root) for d in datasets]
-    manifest = merge_datasets(parents, new, root=root, replace=force, verify=not no_verify)
+    manifest = merge_datasets(parents, name, root=root, replace=force, verify=not no_verify)
     for conflict in manifest.card.get("license_conflicts", []):  # made, but the user should know
         output.warn(f"licences: {conflict}")
     _report_shaped(
@@ -317,7 +311,7 @@ def drop(
             "(Python slice rules).",
         ),
     ],
-    name: NameOption = None,
+    name: RequiredNameOption,
     force: ForceOneOption = False,
     root: RootOption = None,
     json: JsonOption = False,
@@ -333,10 +327,9 @@ def drop(
     from rlds_cli.cache.opening import open_dataset
     from rlds_cli.catalog.registry import resolve_name
 
-    new = _need_name(name)
     parent = resolve_name(parent, root)
     ids = parse_episode_list(episodes, open_dataset(parent, root).num_episodes)
-    manifest = drop_episodes(parent, ids, new, root=root, replace=force)
+    manifest = drop_episodes(parent, ids, name, root=root, replace=force)
     _report_shaped(
         manifest,
         f"{parent} without {len(ids)} episode{'s' if len(ids) != 1 else ''}",
@@ -349,9 +342,9 @@ def drop(
 @handle_errors
 def trim(
     parent: ParentArgument,
+    name: RequiredNameOption,
     start: Annotated[int, typer.Option("--start", help="Steps cut at the start of each episode.", min=0)] = 0,
     end: Annotated[int, typer.Option("--end", help="Steps cut at the end of each episode.", min=0)] = 0,
-    name: NameOption = None,
     force: ForceOneOption = False,
     root: RootOption = None,
     json: JsonOption = False,
@@ -368,9 +361,8 @@ def trim(
     from rlds_cli.cache.compose import trim_dataset
     from rlds_cli.catalog.registry import resolve_name
 
-    new = _need_name(name)
     parent = resolve_name(parent, root)
-    manifest = trim_dataset(parent, new, start=start, end=end, root=root, replace=force)
+    manifest = trim_dataset(parent, name, start=start, end=end, root=root, replace=force)
     short = int(manifest.source.get("dropped_short", 0))
     note = f", {short} episode{'s' if short != 1 else ''} too short left out" if short else ""
     _report_shaped(
@@ -388,7 +380,7 @@ def downsample(
     every: Annotated[
         int, typer.Option("--every", "-k", help="Keep every k-th step of each episode (k >= 2).")
     ],
-    name: NameOption = None,
+    name: RequiredNameOption,
     force: ForceOneOption = False,
     root: RootOption = None,
     json: JsonOption = False,
@@ -405,9 +397,8 @@ def downsample(
     from rlds_cli.cache.compose import downsample_dataset
     from rlds_cli.catalog.registry import resolve_name
 
-    new = _need_name(name)
     parent = resolve_name(parent, root)
-    manifest = downsample_dataset(parent, new, every, root=root, replace=force)
+    manifest = downsample_dataset(parent, name, every, root=root, replace=force)
     _report_shaped(
         manifest,
         f"one step in {every} of {parent}",

@@ -363,6 +363,17 @@ def test_a_cache_root_of_a_user_without_a_home_is_one_line(monkeypatch: pytest.M
         )
 
 
+@pytest.mark.parametrize(
+    "args", [["merge", "a", "b"], ["drop", "a", "-e", "0"], ["trim", "a"], ["downsample", "a", "-k", "2"]]
+)
+def test_a_required_name_says_so_in_the_help(args: list[str]) -> None:
+    """These commands refused a missing --name, but their help did not mark it required."""
+    help_text = " ".join(runner.invoke(app, [args[0], "--help"]).stdout.split())
+    assert "-n, --name <str> Name of the new dataset in the cache. [required]" in help_text
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "Missing option '--name' / '-n'" in result.stderr, result.output
+
+
 def test_a_demo_batch_too_large_for_memory_is_a_usage_error(tmp_path: Path) -> None:
     result = runner.invoke(app, ["demo", "--batch-size", "99999999999", "--root", str(tmp_path / "h")])
     assert result.exit_code == 2, result.output
