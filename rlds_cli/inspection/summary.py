@@ -252,7 +252,8 @@ def plot_dataset(ds: Dataset, out: str | Path, root: str | Path | None = None) -
     Raises:
         MissingExtraError: matplotlib is not installed (``pip install 'rlds-cli[plot]'``).
         ExportError: ``out`` is a folder, or its suffix is no image format matplotlib writes (its
-            folder is made where missing, as an export's is).
+            folder is made where missing, as an export's is), or a file there is no plot an
+            earlier run wrote (:func:`~rlds_cli._util.io.refuse_foreign_output`).
     """
     hint = "pip install 'rlds-cli[plot]'"
     import_extra("matplotlib", "--plot", hint=hint).use("Agg")  # files only: never needs a display

@@ -152,7 +152,8 @@ def write_episode_page(
 
     Raises:
         InvalidSelectionError: An episode outside the dataset, none, or too many.
-        ViewerError: ``out``'s folder does not exist, or ``out`` is a folder.
+        ViewerError: ``out``'s folder does not exist, or ``out`` is a folder, or a file there is
+            no page an earlier run wrote (:func:`~rlds_cli._util.io.refuse_foreign_output`).
     """
     path = _output(out, "the page", ".html", root)
     refuse_foreign_output(path, "the page", PAGE_MARK, ViewerError)
@@ -163,7 +164,7 @@ def write_episode_page(
 
 
 def _output(out: str | os.PathLike[str], what: str, suffix: str, root: Any) -> Path:
-    """``out`` as a file :func:`write_page` or :func:`write_rerun` may write ``what`` to: a file
+    """``out`` as a file :func:`write_episode_page` or :func:`write_rerun` may write ``what`` to: a file
     (or none) in an existing folder it may write in, outside the cache's own folders at ``root``.
 
     Raises:

@@ -355,7 +355,8 @@ class NormalizationTable:
 
     def save(self, path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> Path:
         """Write the table as JSON to ``path``, whole or not at all (refused inside the cache's
-        own folders at ``root``, default: ``$RLDS_HOME``'s). Returns the path."""
+        own folders at ``root``, default: ``$RLDS_HOME``'s, and over a file that is no table).
+        Returns the path."""
         from rlds_cli._util.io import atomic_write, refuse_foreign_output
         from rlds_cli.cache.root import refuse_cache_output
 
