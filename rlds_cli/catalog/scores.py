@@ -94,21 +94,24 @@ def dataset_scores(dataset: Any) -> ReferenceScores | None:
 
 
 def reference_scores(name_or_id: str, root: str | os.PathLike[str] | None = None) -> ReferenceScores:
-    """The reference scores of a registry id (no download needed when the registry has them), or
-    of a cached dataset (a cache name, alias or registry id, resolved by
-    :func:`rlds_cli.resolve_name`).
+    """The reference scores of a cached dataset (a cache name, alias or registry id, resolved by
+    :func:`rlds_cli.resolve_name`: a name in the cache wins, so a dataset another one's id names
+    gets its own), or of a registry id not in the cache (no download needed when the registry
+    has them).
 
     Raises:
         NoReferenceScoresError: Neither the registry nor the dataset has reference scores.
         DatasetNotFoundError: ``name_or_id`` is neither in the registry with scores nor cached.
     """
+    from rlds_cli.cache.root import CacheRoot
     from rlds_cli.catalog import registry
     from rlds_cli.catalog.registry import resolve_name
 
-    from_registry = _from_entry(name_or_id)
+    cached = CacheRoot(root).exists(name_or_id)  # scored by the registry's id, a view of other data
+    from_registry = None if cached else _from_entry(name_or_id)
     if from_registry is not None:
         return from_registry
-    if registry.is_known(name_or_id) and registry.resolve(name_or_id).format == "d4rl":
+    if not cached and registry.is_known(name_or_id) and registry.resolve(name_or_id).format == "d4rl":
         raise NoReferenceScoresError(  # the registry's scores are D4RL's whole table
             f"D4RL id {registry.resolve(name_or_id).id!r} has no reference scores in D4RL's "
             "REF_MIN_SCORE/REF_MAX_SCORE (d4rl/infos.py)"

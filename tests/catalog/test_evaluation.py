@@ -340,6 +340,22 @@ def test_unknown_reference_scores_are_a_clear_error(golden: rlds_cli.Dataset) ->
         rlds_cli.normalized_score("nowhere", 1.0)
 
 
+def test_a_cached_dataset_named_as_a_registry_id_is_scored_by_its_own_data(
+    golden: rlds_cli.Dataset,
+) -> None:
+    """A view of other data named hopper-medium-v2 was scored with hopper's D4RL reference
+    scores (the registry was asked first), though every other command reads the cached dataset
+    of that name."""
+    from rlds_cli.cache.derive import create_selection
+
+    create_selection("golden", "hopper-medium-v2", np.array([0]), how="a test")
+    with pytest.raises(NoReferenceScoresError, match="dataset 'hopper-medium-v2' has no reference scores"):
+        rlds_cli.normalized_score("hopper-medium-v2", 1000.0)
+    result = runner.invoke(app, ["score", "hopper-medium-v2", "1000"])
+    assert result.exit_code == 1 and "has no reference scores" in result.stderr, result.output
+    assert rlds_cli.normalized_score("hopper-medium-expert-v2", 1000.0) == pytest.approx(31.35, abs=0.01)
+
+
 # ----------------------------------------------------------------------------- CLI
 
 
