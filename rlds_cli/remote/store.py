@@ -254,6 +254,11 @@ def access_error(url: str, exc: BaseException, *, write: bool = False) -> Remote
             f"{url}: not found ({text})",
             hint="check the bucket and path; a bucket is not created by rlds: create it first",
         )
+    if isinstance(exc, NotADirectoryError | FileExistsError | IsADirectoryError):  # a local path
+        folder = isinstance(exc, IsADirectoryError)
+        what = "a folder where a file is needed" if folder else "a file, not a folder"
+        hint = "give the folder the dataset is (or goes) in"
+        return RemoteAccessError(f"{url}: a part of the path is {what} ({text})", hint=hint)
     if kind in ("EndpointConnectionError", "ConnectTimeoutError", "ClientConnectorError") or isinstance(
         exc, ConnectionError | TimeoutError
     ):

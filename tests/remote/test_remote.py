@@ -134,6 +134,19 @@ def test_a_pull_over_a_damaged_copy_of_the_same_version_says_so(tmp_path: Path, 
     assert again.exit_code == 0 and "'rlds verify d' checks their content" in again.stdout
 
 
+@pytest.mark.parametrize("command", ["push", "pull"])
+def test_a_local_url_below_a_file_is_one_line(tmp_path: Path, command: str) -> None:
+    """The store's NotADirectoryError was shown as it was, with a hint about endpoints and
+    credentials, for a local path."""
+    make_demo("d", "memmap")
+    (tmp_path / "afile").write_bytes(b"x")
+    url = f"file://{tmp_path}/afile/d"
+    result = runner.invoke(app, ["push", "d", url] if command == "push" else ["pull", url])
+    assert result.exit_code == 1, result.output
+    assert f"error: {url}: a part of the path is a file, not a folder" in result.stderr
+    assert "credentials" not in result.output and (tmp_path / "afile").read_bytes() == b"x"
+
+
 def test_a_push_over_another_dataset_or_version_says_which(tmp_path: Path) -> None:
     """The refusal says whether the URL holds another version of the dataset pushed, or
     another dataset (it called both 'another version')."""
