@@ -36,7 +36,7 @@ from rlds_cli._util.io import atomic_write
 from rlds_cli._util.progress import DownloadProgress, Progress
 from rlds_cli.cache.card import make_card
 from rlds_cli.cache.layout import is_url
-from rlds_cli.cache.root import CacheRoot
+from rlds_cli.cache.root import CacheRoot, overlap
 from rlds_cli.catalog import registry
 from rlds_cli.errors import (
     DownloadFailedError,
@@ -151,6 +151,12 @@ def download(
     except RuntimeError:  # "~user/..." of no such user
         raise SourceNotFoundError(f"source {source!r}: no home folder for {source.split('/')[0]!r}") from None
     if path.exists():
+        how = overlap(path, cache.path)
+        if how in ("is", "holds"):  # its datasets, builds and downloads are no source
+            raise SourceNotFoundError(
+                f"source {path} {how} the rlds cache ({cache.path})",
+                hint="give the file or folder of the dataset to convert",
+            )
         return convert(
             path, name or default_name(path), format=format, options=options, expected_sha256=sha256,
             **convert_args,

@@ -641,3 +641,21 @@ def test_a_source_changed_while_it_converts_publishes_nothing(
     result = invoke("download", str(source), "--name", "demo")
     assert result.exit_code == 1 and f"source file {source} changed while it was converted" in result.stderr
     assert published(isolated_cache) == []
+
+
+@pytest.mark.parametrize("source", ["the root", "a folder holding it"])
+def test_the_cache_itself_is_no_source(isolated_cache: Path, source: str) -> None:
+    """``rlds download $RLDS_HOME`` converted a stray HDF5 file found at the cache's top, as a
+    folder source; a folder holding the cache would walk its datasets and downloads."""
+    runner = CliRunner()
+    assert runner.invoke(app, ["demo", "-q"]).exit_code == 0
+    stray = isolated_cache / "stray.hdf5"
+    stray.write_bytes(
+        rlds_cli.open_dataset("pointmass-demo-v0").directory.joinpath("manifest.json").read_bytes()
+    )
+    given = isolated_cache if source == "the root" else isolated_cache.parent
+    result = runner.invoke(app, ["download", str(given), "-n", "x"])
+    how = "is" if source == "the root" else "holds"
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines()[0] == f"error: source {given} {how} the rlds cache ({isolated_cache})"
+    assert not (isolated_cache / "datasets" / "x").exists()
