@@ -650,9 +650,7 @@ def test_the_cache_itself_is_no_source(isolated_cache: Path, source: str) -> Non
     runner = CliRunner()
     assert runner.invoke(app, ["demo", "-q"]).exit_code == 0
     stray = isolated_cache / "stray.hdf5"
-    stray.write_bytes(
-        rlds_cli.open_dataset("pointmass-demo-v0").directory.joinpath("manifest.json").read_bytes()
-    )
+    stray.write_bytes((Path(rlds_cli.__file__).parent / "data" / "pointmass-demo-v0.hdf5").read_bytes())
     given = isolated_cache if source == "the root" else isolated_cache.parent
     result = runner.invoke(app, ["download", str(given), "-n", "x"])
     how = "is" if source == "the root" else "holds"
