@@ -529,9 +529,14 @@ def _execute(
         else:
             remote_io.remove(area)
     if saved is None:  # a new run (a resumed one was checked when it began)
-        if job.source_url is None:  # damaged arrays would be published as the output's, with fresh digests
-            verify_parent(job.src)
-        inferred = infer(job)[0]
+        try:
+            if job.source_url is None:  # damaged arrays would be published as the output's
+                verify_parent(job.src)
+            inferred = infer(job)[0]
+        except BaseException:
+            if not output.finished_chunks(job_dir, job.plan.num_chunks):  # nothing a --resume continues
+                shutil.rmtree(job_dir, ignore_errors=True)
+            raise
         # an output at a URL: every chunk is a file the workers put on the store (no shared disk)
         direct = job.out_url is None and output.direct_possible(
             job.storage, inferred, job.plan, job.src.episode_index

@@ -315,9 +315,13 @@ def test_an_exception_that_cannot_be_printed_is_still_the_users(medium: str) -> 
     assert "raise _Unprintable()" in info.value.user_traceback
 
 
-def test_error_in_schema_inference(golden: str) -> None:
+@pytest.mark.parametrize("resume", [False, True])
+def test_error_in_schema_inference(golden: str, isolated_cache: Path, resume: bool) -> None:
+    """With --resume, a run that failed before any chunk kept an empty job folder in tmp/ and did
+    not say so: nothing a resume could continue."""
     with pytest.raises(UserFunctionError, match="schema inference on steps 0-2"):
-        preprocess.run(golden, f"{FNS}:always_raises", "out", by="episode")
+        preprocess.run(golden, f"{FNS}:always_raises", "out", by="episode", resume=resume)
+    assert not list((isolated_cache / "tmp").iterdir())
 
 
 def test_bad_arguments(golden: str) -> None:
