@@ -207,6 +207,9 @@ def _push(
             raise RemoteExistsError(f"{url} holds {_describe(committed, name, url)}")
         result.replaced = committed != manifest_bytes
     known.update(journal.entries())
+    # what pushes from this cache wrote or took over at url and did not commit (a push killed
+    # after the old manifest's removal): rlds's own files, removed where this version lacks them
+    journaled = set(journal.entries()) | journal.pending()
     stamps = journal.stamps()  # what the store said of each file this journal's push uploaded
     remote = store.list_files(fs, base, url)
     if committed is None and not force:
@@ -278,7 +281,7 @@ def _push(
             result.uploaded += 1
             result.bytes_uploaded += local[rel].size
         _check_no_race(fs, base, url, committed, local, uploaded)
-        for rel in sorted(old_files - set(local)):  # files of the replaced version only
+        for rel in sorted((old_files | journaled) - set(local)):  # the replaced versions' files
             if fs.exists(store.join(base, rel)):
                 fs.rm_file(store.join(base, rel))
         if not _unchanged(directory, manifest_bytes):

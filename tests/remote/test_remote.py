@@ -492,6 +492,34 @@ def test_a_damaged_dataset_is_never_pushed(kind: str, tmp_path: Path) -> None:
     assert "Traceback" not in result.output and not (tmp_path / "store" / "cli").exists()
 
 
+def test_a_replacing_push_taken_up_after_a_kill_removes_the_replaced_versions_files(tmp_path: Path) -> None:
+    """A push that replaces a version removes the old manifest first; killed after that, the push
+    run again did not know the old version's files (no committed index), left them on the store
+    beside the new version for good, and a later push of a growing dataset refused the URL for
+    them ("files no push wrote"). The journal holds them: the run taken up removes them."""
+    make_demo("d", "zarr")
+    url = f"file://{tmp_path}/bucket/d"
+    push("d", url)
+    assert runner.invoke(app, ["rm", "d", "--yes"]).exit_code == 0
+    make_demo("d", "memmap")  # another version: other files
+
+    def killed(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt  # after the old manifest's removal, at the first upload
+
+    push_module._upload_file, saved = killed, push_module._upload_file
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            push("d", url, force=True)
+    finally:
+        push_module._upload_file = saved
+    assert not (tmp_path / "bucket" / "d" / "manifest.json").exists()
+    push("d", url, force=True)
+    stored = set(tree(tmp_path / "bucket" / "d"))
+    assert stored == set(tree(CacheRoot().dataset_dir("d"))) | {"rlds-files.json"}
+    other = CacheRoot(tmp_path / "other")
+    assert pull(url, root=other).name == "d"
+
+
 def test_a_folder_holding_files_no_push_wrote_is_not_pushed_over(tmp_path: Path) -> None:
     """A URL without a manifest whose files no push wrote is someone else's folder: the push wrote
     over its ``arrays/action.npy``, exit 0."""
