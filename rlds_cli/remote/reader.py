@@ -6,8 +6,9 @@ the store by the cached zarr datasets' chunk reader
 which refuses every write. A read fetches each shard index it needs once (kept in memory), then
 the byte ranges of exactly the chunks it needs, nearby ranges merged and all requested together
 (concurrently on an async store such as s3fs), and decodes them with Blosc on threads. The
-manifest, the files index (``rlds-files.json``) and every small file (episode index, zarr
-metadata) are checked against the index's sizes and sha256 when opened.
+manifest, the files index (``rlds-files.json``) and every small file a read uses (episode index,
+each array's zarr metadata) are checked against the index's sizes and sha256 when opened; the
+groups' metadata, which no read opens, by ``check_files`` (``rlds inspect URL --check``, a pull).
 
 A local file cache (``cache=DIR``, or ``$RLDS_REMOTE_CACHE``) keeps whole files instead: each
 shard a read needs is downloaded once, checked against its sha256 and memory-mapped, so a second
