@@ -107,7 +107,7 @@ def reference_scores(name_or_id: str, root: str | os.PathLike[str] | None = None
     from rlds_cli.catalog import registry
     from rlds_cli.catalog.registry import resolve_name
 
-    cached = CacheRoot(root).exists(name_or_id)  # scored by the registry's id, a view of other data
+    cached = CacheRoot(root).exists(name_or_id)  # a name in the cache wins (as for every command)
     from_registry = None if cached else _from_entry(name_or_id)
     if from_registry is not None:
         return from_registry

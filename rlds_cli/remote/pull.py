@@ -95,6 +95,8 @@ def pull(
         RemoteCorruptError: A remote file differs from what was pushed (names the key).
         DatasetReplacedError: The remote version was replaced during the pull.
         DatasetExistsError: ``name`` holds another dataset and ``force`` is false.
+        CorruptDatasetError: ``name`` holds this version with a file missing or resized, and
+            ``force`` is false.
         RemoteAccessError: The store cannot be used (bucket, credentials, endpoint).
     """
     started = time.monotonic()
