@@ -384,3 +384,17 @@ def refuse_foreign_output(
         f"cannot write {what} to {path}: the file there is not one this command wrote, and it would be lost",
         hint="remove it first, or name another file",
     )
+
+
+def make_parent(path: Path, error: type[RldsError]) -> None:
+    """Make ``path``'s folder, and those above it, where missing.
+
+    Raises:
+        error: A file stands where one of those folders should be (named with ``path``).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise error(
+            f"{path}: a part of the path ({path.parent}) is a file, not a folder", hint="pick another path"
+        ) from None

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from rlds_cli._util import signals
-from rlds_cli._util.io import check_disk, exchange, temp_path, temp_paths_of
+from rlds_cli._util.io import check_disk, exchange, make_parent, temp_path, temp_paths_of
 from rlds_cli._util.lazy import resolve
 from rlds_cli._util.locks import pid_alive
 from rlds_cli.cache.compose import verify_parent
@@ -304,12 +304,7 @@ def atomic_target(
             "replaces an earlier export, never a folder of other files",
             hint=f"export to a path of its own, e.g. {out / 'NAME'}, or remove {out} yourself",
         )
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):  # a file where a folder of the path should be
-        raise ExportError(
-            f"{out}: a part of the path ({out.parent}) is a file, not a folder", hint="pick another path"
-        ) from None
+    make_parent(out, ExportError)
     _remove_dead_partials(out)
     # HDF5's own structures (groups, attributes, chunk indexes) take little beside the data
     check_disk(out.parent, need, f"the export to {out.name}", hint=_DISK_HINT, margin=need // 100)

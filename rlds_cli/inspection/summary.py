@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_cli._util.io import atomic_path, refuse_foreign_output
+from rlds_cli._util.io import atomic_path, make_parent, refuse_foreign_output
 from rlds_cli.cache import stats
 from rlds_cli.cache.backends.frames import frame_files
 from rlds_cli.cache.blocks import Budget, blocks
@@ -265,7 +265,6 @@ def plot_dataset(ds: Dataset, out: str | Path, root: str | Path | None = None) -
     suffix = out.suffix.lower().lstrip(".")
     problem = (
         "is a folder" if out.is_dir()
-        else f"cannot be written: {out.parent} is a file" if out.parent.is_file()
         else f"has no image suffix ({', '.join('.' + f for f in ('png', 'pdf', 'svg'))}, ...)" if not suffix
         else f"ends .{suffix}, which is no image format matplotlib writes" if suffix not in formats
         else None
@@ -295,11 +294,13 @@ def plot_dataset(ds: Dataset, out: str | Path, root: str | Path | None = None) -
     axes[2].set(title=f"{obs_key} (first dims) over time", xlabel="step")
     fig.suptitle(f"{ds.name}: {ds.num_steps:,} steps, {ds.num_episodes:,} episodes")
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
     # the mark that lets a later run write over this plot (refuse_foreign_output), where the format
     # keeps one: PNG's text chunks, the others' creator
     key = {"png": "Software", **dict.fromkeys(("pdf", "svg", "eps", "ps"), "Creator")}.get(suffix)
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, dpi=100, format=suffix, metadata={key: PLOT_MARK} if key else None)
-    plt.close(fig)
+    try:
+        make_parent(out, ExportError)
+        with atomic_path(out) as tmp:
+            fig.savefig(tmp, dpi=100, format=suffix, metadata={key: PLOT_MARK} if key else None)
+    finally:
+        plt.close(fig)
     return out

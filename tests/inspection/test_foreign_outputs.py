@@ -73,12 +73,18 @@ def test_a_plot_in_a_format_that_keeps_no_mark_is_written_only_where_no_file_is(
     assert result.exit_code == 1 and "is not one this command wrote" in result.output, result.output
 
 
-def test_a_plot_below_a_file_is_one_line(dataset: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("below", ["afile", "afile/sub"])
+def test_a_plot_below_a_file_is_one_line(dataset: Path, tmp_path: Path, below: str) -> None:
+    """A file where a folder of the path should be (the folder holding the plot, or one above
+    it): "unexpected FileExistsError"."""
     pytest.importorskip("matplotlib")
     (tmp_path / "afile").write_bytes(b"x")
-    result = runner.invoke(app, ["inspect", "d", "--no-stats", "--plot", str(tmp_path / "afile" / "x.png")])
+    out = tmp_path / below / "x.png"
+    result = runner.invoke(app, ["inspect", "d", "--no-stats", "--plot", str(out)])
     assert result.exit_code == 1, result.output
-    assert f"{tmp_path / 'afile'} is a file" in result.output and "unexpected" not in result.output
+    line = f"error: {out}: a part of the path ({out.parent}) is a file, not a folder"
+    assert result.stderr.splitlines()[0] == line, result.output
+    assert (tmp_path / "afile").read_bytes() == b"x"
 
 
 def test_a_recording_below_a_file_is_one_line(dataset: Path, tmp_path: Path) -> None:
